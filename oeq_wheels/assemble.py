@@ -1,0 +1,117 @@
+"""Write the manifest and metadata, and pack the wheel with the `wheel` library."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.metadata import Metadata
+from packaging.tags import Tag
+from packaging.utils import canonicalize_name
+
+from . import __version__ as TOOL_VERSION
+from .pins import Pins
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime" / "fastmace_oeq_ext"
+REPO_LICENSE = Path(__file__).resolve().parent.parent / "LICENSE"
+
+DESCRIPTION = """\
+# {name}
+
+Prebuilt `{ext}.so`, the C++ host extension of OpenEquivariance {oeq}, for
+torch {torch} (CUDA {cuda}) on CPython {py}, Linux x86_64. With it installed,
+OpenEquivariance needs no compiler, ninja or CUDA toolkit at import time.
+
+    import fastmace_oeq_ext
+    fastmace_oeq_ext.activate()      # before `import openequivariance`
+    import openequivariance
+
+`python -m fastmace_oeq_ext` says whether the prebuilt library matches this
+environment and, if not, why. The library is built from OpenEquivariance's
+unmodified sources (BSD-3-Clause, its licence ships in the wheel); the packaging
+is MIT. `fastmace_oeq_ext/manifest.json` records every input's sha256.
+"""
+
+
+CORE_FIELDS = {"metadata_version": "Metadata-Version", "name": "Name", "version": "Version",
+               "summary": "Summary", "requires_python": "Requires-Python",
+               "license_expression": "License-Expression", "description_content_type": "Description-Content-Type"}
+
+
+def wheel_tag(cp_tag: str, platform: str) -> Tag:
+    return Tag(cp_tag, cp_tag, platform)
+
+
+def dist_info_name(pins: Pins) -> str:
+    return f"{canonicalize_name(pins.package_name).replace('-', '_')}-{pins.version}.dist-info"
+
+
+def metadata_text(pins: Pins, py_version: str) -> str:
+    m = pins.matrix
+    raw = {
+        "metadata_version": "2.4",
+        "name": pins.package_name,
+        "version": pins.version,
+        "summary": pins.summary,
+        "requires_python": f"=={py_version}.*",
+        "requires_dist": [f"torch=={m.torch_version}", f"openequivariance=={pins.oeq.version}"],
+        "license_expression": pins.license_expression,
+        "license_files": ["LICENSE", "LICENSE.openequivariance"],
+        "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,
+                                          oeq=pins.oeq.version, torch=m.torch_version, cuda=m.cuda,
+                                          py=py_version),
+        "description_content_type": "text/markdown",
+    }
+    Metadata.from_raw(raw, validate=True)  # packaging validates every field
+    # packaging's as_rfc822() writes lower-case field names, which twine's reader
+    # rejects; emit the core-metadata spellings and check they parse back the same.
+    lines = [f"{CORE_FIELDS[k]}: {v}" for k, v in raw.items() if k not in ("requires_dist", "license_files", "description")]
+    lines += [f"License-File: {f}" for f in raw["license_files"]]
+    lines += [f"Requires-Dist: {r}" for r in raw["requires_dist"]]
+    text = "\n".join(lines) + "\n\n" + raw["description"]
+    parsed = Metadata.from_email(text, validate=True)
+    assert (parsed.name, str(parsed.version), parsed.license_expression) == (raw["name"], raw["version"], raw["license_expression"])
+    return text
+
+
+def stage(pins: Pins, root: Path, *, library: Path, manifest: dict, compiler_text: str,
+          oeq_license: Path, py_version: str, tag: Tag) -> Path:
+    """Lay out the unpacked wheel under root; return root."""
+    pkg = root / pins.import_name
+    pkg.mkdir(parents=True)
+    shutil.copyfile(RUNTIME_DIR / "__init__.py", pkg / "__init__.py")
+    shutil.copyfile(library, pkg / f"{pins.oeq_extension_name}.so")
+    (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(oeq_license, pkg / "LICENSE.openequivariance")
+    (pkg / "BUILD_COMPILER.txt").write_text(compiler_text)
+    info = root / dist_info_name(pins)
+    (info / "licenses").mkdir(parents=True)
+    shutil.copyfile(REPO_LICENSE, info / "licenses" / "LICENSE")
+    shutil.copyfile(oeq_license, info / "licenses" / "LICENSE.openequivariance")
+    (info / "METADATA").write_text(metadata_text(pins, py_version))
+    (info / "WHEEL").write_text(
+        f"Wheel-Version: 1.0\nGenerator: oeq-wheels {TOOL_VERSION}\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    )
+    # Fixed modes: the archive must not depend on the builder's umask.
+    for p in root.rglob("*"):
+        if p.is_file():
+            os.chmod(p, 0o755 if p.suffix == ".so" else 0o644)
+        else:
+            os.chmod(p, 0o755)
+    return root
+
+
+def pack(staged: Path, out_dir: Path, source_date_epoch: int) -> Path:
+    """Zip the staged tree with `wheel pack` (RECORD, sorted entries, fixed timestamps)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.glob("*.whl"))
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(source_date_epoch))
+    proc = subprocess.run([sys.executable, "-m", "wheel", "pack", str(staged), "-d", str(out_dir)],
+                          capture_output=True, text=True, env=env)
+    made = sorted(set(out_dir.glob("*.whl")) - before)
+    if proc.returncode != 0 or len(made) != 1:
+        raise RuntimeError(f"wheel pack failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return made[0]

@@ -1,0 +1,91 @@
+"""Command line: `oeq-wheels build|verify|pythons|fetch` (also `python -m oeq_wheels`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__
+
+
+def _pythons_arg(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="oeq-wheels", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"oeq-wheels {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("build", help="build and verify the wheels into OUTDIR")
+    b.add_argument("outdir", type=Path)
+    b.add_argument("--python", type=_pythons_arg, help="comma-separated X.Y versions (default: all pinned)")
+    b.add_argument("--matrix", help="a [matrix.NAME] of pins.toml (default: the release matrix)")
+    b.add_argument("--force", action="store_true", help="overwrite a different wheel of the same name")
+    b.add_argument("--jobs", type=int, help="parallel compiler processes (default: CPU count)")
+    b.add_argument("--runner", choices=["host"], default="host",
+                   help="where the build runs (build.sh also offers the container runner)")
+
+    v = sub.add_parser("verify", help="re-check built wheels on their own")
+    v.add_argument("wheels", nargs="+", type=Path)
+
+    sub.add_parser("pythons", help="list the interpreters the build would use")
+    f = sub.add_parser("fetch", help="download the pinned inputs into the cache")
+    f.add_argument("--python", type=_pythons_arg)
+    f.add_argument("--matrix")
+
+    args = ap.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print("oeq-wheels: interrupted; nothing partial was left in the output directory", file=sys.stderr)
+        return 130
+    except Exception as exc:  # every expected failure has its own message
+        from .build import BuildError
+        from .fetch import FetchError
+        from .pins import PinsError
+        from .pythons import PythonNotFound
+        if isinstance(exc, (BuildError, FetchError, PinsError, PythonNotFound)):
+            print(f"oeq-wheels: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _dispatch(args) -> int:
+    if args.cmd == "build":
+        from .build import run
+        rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs)
+        return 1 if failures else 0
+    if args.cmd == "verify":
+        from .verify import verify_wheel
+        bad = 0
+        for w in args.wheels:
+            verdict = verify_wheel(w)
+            if verdict.ok:
+                print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
+            else:
+                bad += 1
+                print(f"FAIL {w.name}")
+                for p in verdict.problems:
+                    print(f"     - {p}")
+        return 1 if bad else 0
+    if args.cmd == "pythons":
+        from .pins import load
+        from .pythons import PythonNotFound, find
+        for v in load().matrix.pythons:
+            try:
+                i = find(v)
+                print(f"{v}  {i.full_version}  {i.executable}")
+            except PythonNotFound:
+                print(f"{v}  missing")
+        return 0
+    if args.cmd == "fetch":
+        from .build import default_cache
+        from .fetch import ensure
+        from .pins import cp_tag, load, select_pythons
+        pins = load(args.matrix)
+        vers = select_pythons(pins, args.python)
+        for name, path in ensure(pins.all_inputs([cp_tag(v) for v in vers]), default_cache(), print).items():
+            print(f"{path}")
+        return 0
+    return 2

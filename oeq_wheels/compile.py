@@ -1,0 +1,158 @@
+"""Compile OEq's host sources with the flags of OEq's own JIT build, without importing torch.
+
+OEq calls torch.utils.cpp_extension.load("libtorch_tp_jit", [libtorch_tp_jit.cpp,
+json11/json11.cpp], extra_cflags=["-O3", "-DCUDA_BACKEND"], extra_include_paths=
+[extension/backend, pybind11, torch and CUDA includes]). torch turns that into
+-DTORCH_EXTENSION_NAME=..., -DTORCH_API_INCLUDE_EXTENSION_H, -isystem for torch,
+CUDA and Python headers, -fPIC and its C++ standard. We read that standard from
+the wheel's own cpp_extension.py and the C++ ABI from libc10.so, so a torch
+release that changes them changes our flags too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+SHIM_DIR = Path(__file__).with_name("shim")
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def torch_cxx_std(torch_root: Path) -> str:
+    """The -std= value torch's JIT builder passes to the host compiler (e.g. 'c++20')."""
+    src = (torch_root / "torch" / "utils" / "cpp_extension.py").read_text()
+    found = re.findall(r"\['-fPIC', '-std=(c\+\+\d+)'\]", src)
+    if len(set(found)) != 1:
+        raise CompileError(
+            "cannot read the C++ standard from torch/utils/cpp_extension.py "
+            f"(found {found or 'nothing'}); this torch release changed its JIT recipe, "
+            "update oeq_wheels/compile.py"
+        )
+    return found[0]
+
+
+def torch_cxx11_abi(torch_root: Path) -> int:
+    """1 if libc10.so was built with the C++11 std::string ABI (its symbols name __cxx11)."""
+    with open(torch_root / "torch" / "lib" / "libc10.so", "rb") as f:
+        dynsym = ELFFile(f).get_section_by_name(".dynsym")
+        for sym in dynsym.iter_symbols():
+            if "__cxx11" in sym.name:
+                return 1
+    return 0
+
+
+def torch_version_info(torch_root: Path) -> dict:
+    """torch/version.py's fields, read as text: the build names itself there."""
+    text = (torch_root / "torch" / "version.py").read_text()
+    out = {}
+    for key in ("__version__", "cuda", "git_version"):
+        m = re.search(rf"^{key}(?::[^=]*)?\s*=\s*'([^']*)'", text, re.M)
+        out[key] = m.group(1) if m else None
+    return out
+
+
+@dataclass
+class Toolchain:
+    cxx: str
+    cc: str
+    strip: str
+    version: str  # first line of `cxx --version`
+
+    @classmethod
+    def detect(cls, env: dict | None = None) -> "Toolchain":
+        env = os.environ if env is None else env
+        cxx, cc, strip = env.get("CXX", "g++"), env.get("CC", "gcc"), env.get("STRIP", "strip")
+        try:
+            out = subprocess.run([*shlex.split(cxx), "--version"], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise CompileError(f"C++ compiler {cxx!r} does not run ({exc}); install g++ or set CXX") from exc
+        return cls(cxx, cc, strip, out.splitlines()[0].strip())
+
+
+@dataclass
+class CompileContext:
+    """Everything that decides the compiler command for one Python."""
+
+    oeq_ext: Path               # openequivariance/extension in the unpacked sdist
+    torch_root: Path            # contains torch/include
+    cuda_includes: list[str]
+    pybind11_include: Path
+    python_include: str | None  # None for sources that do not include Python.h
+    extension_name: str
+    cxx_std: str
+    cxx11_abi: int
+    glibc_shim: bool
+    prefix_map: dict[str, str] = field(default_factory=dict)
+
+    def flags(self) -> list[str]:
+        torch_inc = self.torch_root / "torch" / "include"
+        system = [str(torch_inc), str(torch_inc / "torch" / "csrc" / "api" / "include"), *self.cuda_includes]
+        if self.python_include:
+            system.append(self.python_include)
+        flags = [f"-DTORCH_EXTENSION_NAME={self.extension_name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+        flags += ["-I" + str(self.oeq_ext / "backend"), "-I" + str(self.pybind11_include)]
+        if self.glibc_shim:  # must come before every other system directory
+            flags += ["-isystem", str(SHIM_DIR)]
+        for d in system:
+            flags += ["-isystem", d]
+        flags += ["-fPIC", f"-std={self.cxx_std}", "-O3", "-DCUDA_BACKEND",
+                  f"-D_GLIBCXX_USE_CXX11_ABI={self.cxx11_abi}"]
+        # Keep build-host paths out of the binary (__FILE__ in torch's checks) and make it reproducible.
+        for src, dst in sorted(self.prefix_map.items(), key=lambda kv: -len(kv[0])):
+            flags.append(f"-ffile-prefix-map={src}={dst}")
+        return flags
+
+    def normalized(self, args: list[str]) -> list[str]:
+        """Arguments with build-host paths replaced by their neutral names (for the manifest)."""
+        out = []
+        for a in args:
+            if a.startswith("-ffile-prefix-map="):
+                continue
+            for src, dst in sorted(self.prefix_map.items(), key=lambda kv: -len(kv[0])):
+                a = a.replace(src, dst)
+            out.append(a)
+        return out
+
+
+class ObjectCache:
+    """Content-addressed objects: the same source, flags and compiler never compile twice."""
+
+    def __init__(self, root: Path, toolchain: Toolchain, jobs: int):
+        self.root = root
+        self.toolchain = toolchain
+        self.slots = threading.Semaphore(max(1, jobs))
+        root.mkdir(parents=True, exist_ok=True)
+
+    def key(self, source: Path, flags: list[str]) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps([self.toolchain.cxx, self.toolchain.version, flags]).encode())
+        h.update(source.read_bytes())
+        return h.hexdigest()
+
+    def compile(self, source: Path, flags: list[str]) -> tuple[Path, bool]:
+        """Return (object path, whether it came from the cache)."""
+        key = self.key(source, flags)
+        obj = self.root / f"{key}.o"
+        if obj.is_file():
+            return obj, True
+        tmp = obj.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.o")
+        cmd = [*shlex.split(self.toolchain.cxx), "-c", str(source), "-o", str(tmp), *flags]
+        with self.slots:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise CompileError(f"compiling {source.name} failed (exit {proc.returncode}):\n{tail}")
+        os.replace(tmp, obj)
+        return obj, False

@@ -1,0 +1,122 @@
+"""Find a CPython interpreter (with its headers) for each requested X.Y; never a fixed path.
+
+Looked at, in order: manylinux images' /opt/python/cpXY-cpXY, pyenv's versions
+directory, then python3.X on PATH. Free-threaded builds are skipped (a different ABI).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PROBE = (
+    "import sys, sysconfig, json, os;"
+    "inc = sysconfig.get_path('include', scheme='posix_prefix');"
+    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'full': sys.version.split()[0],"
+    " 'impl': sys.implementation.name, 'include': inc,"
+    " 'has_header': os.path.isfile(os.path.join(inc, 'Python.h')),"
+    " 'gil_disabled': bool(sysconfig.get_config_var('Py_GIL_DISABLED'))}))"
+)
+
+
+class PythonNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    version: str       # "3.12"
+    full_version: str  # "3.12.1"
+    executable: str
+    include: str
+
+    @property
+    def cp_tag(self) -> str:
+        return "cp" + self.version.replace(".", "")
+
+
+def _pyenv_root() -> Path | None:
+    root = os.environ.get("PYENV_ROOT")
+    if root:
+        return Path(root)
+    exe = shutil.which("pyenv")
+    if exe:
+        try:
+            return Path(subprocess.run([exe, "root"], capture_output=True, text=True, check=True).stdout.strip())
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    default = Path.home() / ".pyenv"
+    return default if default.is_dir() else None
+
+
+def _version_key(name: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in name.split("."))
+
+
+def candidates(version: str, manylinux_root: str = "/opt/python") -> list[str]:
+    tag = "cp" + version.replace(".", "")
+    out = [f"{manylinux_root}/{tag}-{tag}/bin/python"]
+    root = _pyenv_root()
+    if root and (root / "versions").is_dir():
+        names = [p.name for p in (root / "versions").iterdir()
+                 if p.name.startswith(version + ".") and p.name[len(version) + 1:].isdigit()]
+        out += [str(root / "versions" / n / "bin" / "python") for n in sorted(names, key=_version_key, reverse=True)]
+    exe = shutil.which(f"python{version}")
+    if exe:
+        out.append(exe)
+    return out
+
+
+def probe(executable: str) -> dict | None:
+    if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+        return None
+    try:
+        proc = subprocess.run([executable, "-I", "-c", PROBE], capture_output=True, text=True, timeout=30)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def find(version: str, manylinux_root: str = "/opt/python") -> Interpreter:
+    seen = []
+    for exe in candidates(version, manylinux_root):
+        info = probe(exe)
+        if info is None:
+            continue
+        seen.append(f"{info['version']} at {exe}")
+        if (info["impl"] == "cpython" and info["version"] == version and info["has_header"]
+                and not info["gil_disabled"]):
+            return Interpreter(version, info["full"], exe, info["include"])
+    raise PythonNotFound(version, seen)
+
+
+def find_all(versions: list[str], manylinux_root: str = "/opt/python") -> dict[str, Interpreter]:
+    """Interpreters for all versions, or one error naming every missing one and what was found."""
+    found, missing = {}, []
+    for v in versions:
+        try:
+            found[v] = find(v, manylinux_root)
+        except PythonNotFound:
+            missing.append(v)
+    if missing:
+        others = sorted({(i.version, i.executable) for i in discover_all(manylinux_root)})
+        have = "; ".join(f"{v} ({exe})" for v, exe in others) or "none"
+        raise PythonNotFound(
+            f"no usable CPython {', '.join(missing)} (with headers, not free-threaded) found in "
+            f"{manylinux_root}/cpXY-cpXY, pyenv versions or python3.X on PATH. Found: {have}. "
+            "Install it (e.g. `pyenv install 3.X`) or build only the others with --python."
+        )
+    return found
+
+
+def discover_all(manylinux_root: str = "/opt/python") -> list[Interpreter]:
+    out = []
+    for minor in range(8, 16):
+        try:
+            out.append(find(f"3.{minor}", manylinux_root))
+        except PythonNotFound:
+            pass
+    return out

@@ -1,0 +1,48 @@
+"""A link-time stand-in for the CUDA driver library (libcuda.so.1); never shipped.
+
+The build host has no driver. The extension calls a handful of driver API
+functions (cuInit, cuLaunchKernel, ...); the stub defines exactly the cu*
+symbols the objects leave undefined, found with nm, so nothing is listed by hand.
+Each stub returns CUDA_ERROR_NO_DEVICE (100), which also makes it usable for
+import tests on machines without a GPU.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+DRIVER_SYMBOL = re.compile(r"^cu[A-Z]\w*$")  # driver API; the runtime's are cuda*, cublas*
+
+
+class StubError(RuntimeError):
+    pass
+
+
+def undefined_driver_symbols(paths: list[Path], dynamic: bool = False) -> list[str]:
+    """cu* symbols left undefined by these objects (or, dynamic=True, shared libraries)."""
+    cmd = ["nm", "--undefined-only", "--format=just-symbols"] + (["-D"] if dynamic else [])
+    proc = subprocess.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StubError(f"nm failed: {proc.stderr.strip()}")
+    names = {line.strip().split("@")[0] for line in proc.stdout.splitlines()}
+    return sorted(n for n in names if DRIVER_SYMBOL.match(n))
+
+
+def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
+    """Write out_dir/libcuda.so.1 defining the given symbols; return its path."""
+    if not symbols:
+        raise StubError("no cu* driver symbols found; refusing to make an empty libcuda stub")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in symbols)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "libcuda_stub.c"
+        src.write_text("/* generated link stub: CUDA_ERROR_NO_DEVICE from every call */\n" + body)
+        out = out_dir / "libcuda.so.1"
+        proc = subprocess.run([*shlex.split(cc), "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
+                               "-o", str(out), str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise StubError(f"building the libcuda stub failed: {proc.stderr.strip()}")
+    return out
