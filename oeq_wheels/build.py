@@ -65,7 +65,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
     with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-{tag}-") as tmp_s:
         tmp = Path(tmp_s)
         with Stage(tag, "inputs", timings):
-            torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache)
+            # Resolved paths: the compiler records real paths, which -ffile-prefix-map must match.
+            torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache).resolve()
             tv = cc.torch_version_info(torch_root)
             expect = f"{p.matrix.torch_version}+{p.matrix.torch_local}"
             if tv["__version__"] != expect or tv["cuda"] != p.matrix.cuda:
@@ -78,9 +79,10 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         ext = sh.oeq_root / "openequivariance" / "extension"
         prefix_map = {str(torch_root): f"torch-{p.matrix.torch_version}", str(sh.cuda_root): "nvidia",
                       str(sh.pybind11_include): "pybind11/include", str(ext): "openequivariance/extension",
-                      interp.include: f"python{interp.version}", str(cc.SHIM_DIR): "oeq-wheels-shim"}
+                      os.path.realpath(interp.include): f"python{interp.version}", str(cc.SHIM_DIR): "oeq-wheels-shim"}
         glibc_shim = verify.manylinux_version(p.platform_tag) < (2, 32)
-        ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, sh.pybind11_include, interp.include,
+        ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, sh.pybind11_include,
+                                os.path.realpath(interp.include),
                                 p.oeq_extension_name, cxx_std, abi, glibc_shim, prefix_map)
         # json11 includes neither Python nor torch: one object serves every Python.
         ctx_shared = cc.CompileContext(**{**ctx.__dict__, "python_include": None})
@@ -93,6 +95,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             st.note = f"{sum(hit for _, hit in results)}/{len(results)} from cache"
         with Stage(tag, "link", timings):
             stub.make_stub(stub.undefined_driver_symbols(objs), tmp / "stub", sh.toolchain.cc)
+            cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"))
             lib = link.link(objs, tmp / f"{p.oeq_extension_name}.so", torch_root / "torch" / "lib", cuda,
                             sh.toolchain.cxx, sh.toolchain.strip)
         manifest = make_manifest(sh, interp, torch_pin, tv, cxx_std, abi, lib, ctx)
@@ -174,13 +177,13 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     with Stage("all", "fetch"):
         files = fetch.ensure(pins.all_inputs([pins_mod.cp_tag(v) for v in wanted]), cache, say)
     with Stage("all", "unpack"):
-        oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache)
+        oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
         nvidia = [(n, files[n.file]) for n in pins.matrix.nvidia]
-        cuda_root = inputs.cuda_tree(nvidia, cache)
-        pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache)
+        cuda_root = inputs.cuda_tree(nvidia, cache).resolve()
+        pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain,
                 cc.ObjectCache(cache / "objects", toolchain, jobs),
-                forbidden=sorted({str(cache), str(outdir.resolve()), tempfile.gettempdir() + "/",
+                forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()), tempfile.gettempdir() + "/",
                                   str(Path.home()), "/root/", "/home/"}))
     rows, failures = [], {}
     with ThreadPoolExecutor(len(wanted)) as pool:

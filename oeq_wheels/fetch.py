@@ -70,8 +70,8 @@ def _pip_args(item: Pinned) -> list[str]:
     digits = interp[2:]
     if interp.startswith("cp"):
         args += ["--implementation", "cp", "--python-version", f"{digits[0]}.{digits[1:]}", "--abi", abi]
-    else:
-        args += ["--python-version", "3"]
+    elif args[2:]:  # a platform wheel for any Python 3: select with this interpreter's version
+        args += ["--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}"]
     return args
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -40,6 +41,15 @@ def _atomic_tree(target: Path, fill) -> Path:
     return target
 
 
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _blob_lock(name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(name, threading.Lock())
+
+
 def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blobs: Path | None) -> None:
     """Extract one member; large identical members (same name, size, CRC) share one blob.
 
@@ -50,12 +60,13 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
     dest.parent.mkdir(parents=True, exist_ok=True)
     if blobs is not None and info.file_size > (8 << 20):
         blob = blobs / f"{Path(info.filename).name}-{info.file_size}-{info.CRC:08x}"
-        if not blob.is_file():
-            blobs.mkdir(parents=True, exist_ok=True)
-            tmp = blob.with_name(blob.name + f".{os.getpid()}.tmp")
-            with zf.open(info) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 22)
-            os.replace(tmp, blob)
+        with _blob_lock(blob.name):  # Pythons built in parallel threads want the same blobs
+            if not blob.is_file():
+                blobs.mkdir(parents=True, exist_ok=True)
+                tmp = blob.with_name(f".{blob.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                with zf.open(info) as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+                os.replace(tmp, blob)
         os.link(blob, dest)
         return
     with zf.open(info) as src, open(dest, "wb") as dst:

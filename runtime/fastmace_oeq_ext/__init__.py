@@ -126,5 +126,302 @@ def check(manifest_path: Path | None = None, environment: dict | None = None) ->
     return Decision(True, f"matches torch {tv}, openequivariance {want_oeq}, {want_py}, Linux x86_64", str(so))
 
 
+
+
 def library_path() -> str:
     return str(HERE / load_manifest()["library"]["file"])
+
+
+# ---------------------------------------------------------------- CUDA wheel flags
+# Building against the pip NVIDIA wheels without a toolkit (no CUDA_HOME, no nvcc).
+# Each library is linked by soname (-l:libcudart.so.13): a stray libcudart.so of
+# another CUDA major on a -L path can never be picked. The release pipeline
+# (oeq_wheels.cudaflags) uses this same code.
+
+CU13_LIBS = ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13")
+CU12_COMPONENTS = (("cuda_runtime", "libcudart.so.12"), ("cuda_nvrtc", "libnvrtc.so.12"),
+                   ("cublas", "libcublas.so.12"))
+DRIVER_SONAME = "libcuda.so.1"
+DRIVER_DIRS = ("/usr/lib/wsl/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib64-nvidia",
+               "/usr/local/nvidia/lib64", "/usr/lib")
+
+
+@dataclass
+class CudaWheelFlags:
+    include_dirs: list
+    library_dirs: list   # one per directory, the driver's last
+    sonames: list        # linked as -l:<soname>, the driver's last
+    layout: str          # "cu13" or "cu12"
+    runtime_dirs: list   # where the CUDA libraries are found at run time (RUNPATH)
+
+    def link_args(self) -> list:
+        return [f"-L{d}" for d in self.library_dirs] + [f"-l:{s}" for s in self.sonames]
+
+
+def find_driver_dir(env=None):
+    """Directory holding libcuda.so.1: OEQ_CUDA_DRIVER_DIR, else the usual places."""
+    env = os.environ if env is None else env
+    override = env.get("OEQ_CUDA_DRIVER_DIR")
+    if override:
+        return override if (Path(override) / DRIVER_SONAME).exists() else None
+    for d in DRIVER_DIRS:
+        if (Path(d) / DRIVER_SONAME).exists():
+            return d
+    return None
+
+
+def wheel_build_flags(site_packages, driver_dir=None, require_driver=True):
+    """Include and link flags for the NVIDIA wheels under site_packages; None if something is missing.
+
+    driver_dir: where libcuda.so.1 lies (a stub for link-only builds); searched when None.
+    """
+    sp = Path(site_packages)
+    cu13 = sp / "nvidia" / "cu13"
+    if (cu13 / "include" / "cuda_runtime_api.h").is_file():
+        lib = cu13 / "lib"
+        if not all((lib / s).exists() for s in CU13_LIBS):
+            return None
+        includes = [str(cu13 / "include")]
+        if (cu13 / "include" / "cccl").is_dir():
+            includes.append(str(cu13 / "include" / "cccl"))
+        lib_dirs, sonames, layout = [str(lib)], list(CU13_LIBS), "cu13"
+    else:
+        includes, lib_dirs, sonames = [], [], []
+        for comp, soname in CU12_COMPONENTS:
+            base = sp / "nvidia" / comp
+            if not (base / "include").is_dir() or not (base / "lib" / soname).exists():
+                return None
+            includes.append(str(base / "include"))
+            lib_dirs.append(str(base / "lib"))
+            sonames.append(soname)
+        cccl = sp / "nvidia" / "cuda_cccl" / "include"
+        if cccl.is_dir():
+            includes.append(str(cccl))
+        layout = "cu12"
+    driver = driver_dir if driver_dir is not None else find_driver_dir()
+    if driver is None or not (Path(driver) / DRIVER_SONAME).exists():
+        if require_driver:
+            return None
+        driver = None
+    runtime_dirs = list(dict.fromkeys(lib_dirs))
+    lib_dirs = list(runtime_dirs)
+    if driver is not None:
+        lib_dirs = [d for d in lib_dirs if d != driver] + [driver]
+        sonames = sonames + [DRIVER_SONAME]
+    return CudaWheelFlags(includes, lib_dirs, sonames, layout, runtime_dirs)
+
+
+# ---------------------------------------------------------------- activation
+EXTENSION = "libtorch_tp_jit"
+ENV_FROM_WHEELS = "OEQ_CUDA_FROM_WHEELS"
+_STATUS = {"state": "inactive", "path": None, "reason": "activate() not called"}
+_MODULE = None
+
+
+class PrebuiltUnavailable(RuntimeError):
+    """FASTMACE_OEQ_PREBUILT=1 and the prebuilt library cannot be used."""
+
+
+def _mode() -> str:
+    val = os.environ.get(ENV_PREBUILT, "")
+    if val not in ("", "0", "1"):
+        raise ValueError(f"{ENV_PREBUILT}={val!r}: use 1 (require the prebuilt), 0 (never use it) or leave it unset")
+    return {"": "auto", "0": "never", "1": "require"}[val]
+
+
+def status() -> dict:
+    """What happened in this process: state is prebuilt, built, reused, skipped, oeq-precompiled,
+    fallback-armed or inactive; path and reason say more."""
+    return dict(_STATUS)
+
+
+def _set(state, reason, path=None):
+    _STATUS.update(state=state, reason=reason, path=path)
+
+
+def _oeq_dir():
+    import importlib.util
+    spec = importlib.util.find_spec("openequivariance")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+def _oeq_uses_own_precompiled(torch) -> bool:
+    """OEq 0.7.0 loads its stable AOTI extension (no JIT) under exactly these conditions."""
+    d = _oeq_dir()
+    if d is None or os.environ.get("OEQ_JIT_EXTENSION", "0") == "1" or torch.version.hip:
+        return False
+    release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return release >= (2, 10) and (d / "_torch" / "extlib" / "liboeq_stable_cuda_aoti.so").exists()
+
+
+def _import_prebuilt(path: str):
+    global _MODULE
+    if _MODULE is None:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(EXTENSION, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _MODULE = mod
+    return _MODULE
+
+
+class _Hooks:
+    """Wraps torch.utils.cpp_extension so that only OEq's extension name is intercepted."""
+
+    def __init__(self, cpp_extension):
+        self.ce = cpp_extension
+        self.saved = {}
+
+    def patch(self, name, make):
+        if name not in self.saved:
+            self.saved[name] = getattr(self.ce, name)
+            setattr(self.ce, name, make(self.saved[name]))
+
+    def restore(self):
+        for name, fn in self.saved.items():
+            setattr(self.ce, name, fn)
+        self.saved.clear()
+
+
+_HOOKS = None
+
+
+def _install_prebuilt(ce, path):
+    def load(orig):
+        def wrapped(name, *args, **kwargs):
+            if name != EXTENSION:
+                return orig(name, *args, **kwargs)
+            return _import_prebuilt(path)  # nothing compiled, no build directory, no lock
+        return wrapped
+
+    def build_dir(orig):
+        # OEq waits while <build dir>/lock exists (a killed JIT build leaves one for
+        # 5 minutes) and torch creates that directory; the prebuilt needs neither.
+        def wrapped(name, verbose=False, *args, **kwargs):
+            if name == EXTENSION:
+                return str(HERE)
+            return orig(name, verbose, *args, **kwargs)
+        return wrapped
+
+    _HOOKS.patch("load", load)
+    _HOOKS.patch("_get_build_directory", build_dir)
+
+
+def _site_packages_of(module) -> str:
+    return str(Path(module.__file__).resolve().parent.parent)
+
+
+def _torch_cuda_home_usable(ce) -> bool:
+    home = getattr(ce, "CUDA_HOME", None)
+    return bool(home) and (Path(home) / "include" / "cuda_runtime_api.h").is_file()
+
+
+def _install_wheel_fallback(ce, torch, flags):
+    """Make OEq's JIT build use the NVIDIA wheels (include_paths('cpu') plus the wheel's)."""
+    cuda_libs = {"-lcuda", "-lcudart", "-lnvrtc", "-lcublas"}
+
+    def include_paths(orig):
+        def wrapped(device_type="cpu", *args, **kwargs):
+            if device_type == "cuda" and not torch.version.hip:
+                return orig("cpu", *args, **kwargs) + list(flags.include_dirs)
+            return orig(device_type, *args, **kwargs)
+        return wrapped
+
+    def library_paths(orig):
+        def wrapped(device_type="cpu", *args, **kwargs):
+            if device_type == "cuda" and not torch.version.hip:
+                return orig("cpu", *args, **kwargs)[:1] + flags.runtime_dirs[:1]
+            return orig(device_type, *args, **kwargs)
+        return wrapped
+
+    def load(orig):
+        def wrapped(name, *args, **kwargs):
+            if name != EXTENSION:
+                return orig(name, *args, **kwargs)
+            ld = [a for a in kwargs.get("extra_ldflags") or [] if a not in cuda_libs]
+            ld += flags.link_args() + [f"-Wl,-rpath,{d}" for d in flags.runtime_dirs]
+            kwargs["extra_ldflags"] = ld
+            before = _built_mtime(orig_build_dir, name)
+            mod = orig(name, *args, **kwargs)
+            after = _built_mtime(orig_build_dir, name)
+            _set("reused" if before is not None and before == after else "built",
+                 f"{_STATUS['reason']}", mod.__file__)
+            return mod
+        return wrapped
+
+    orig_build_dir = ce._get_build_directory
+    _HOOKS.patch("include_paths", include_paths)
+    _HOOKS.patch("library_paths", library_paths)
+    _HOOKS.patch("load", load)
+
+
+def _built_mtime(build_dir, name):
+    try:
+        return os.stat(os.path.join(build_dir(name, False), f"{name}.so")).st_mtime_ns
+    except OSError:
+        return None
+
+
+def activate():
+    """Hand the prebuilt library to OpenEquivariance's JIT path; call before importing it.
+
+    Returns status(). FASTMACE_OEQ_PREBUILT=1 raises PrebuiltUnavailable when the
+    prebuilt cannot be used (and nothing is compiled); =0 never uses it. When the
+    prebuilt is not used, OEQ_CUDA_FROM_WHEELS (auto: only when torch has no usable
+    CUDA_HOME; 1: always; 0: never) lets OEq's own build use the NVIDIA wheels.
+    """
+    global _HOOKS
+    mode = _mode()
+    if "openequivariance._torch.extlib" in sys.modules:
+        reason = "openequivariance was imported before activate(); call activate() first"
+        if mode == "require":
+            raise PrebuiltUnavailable(reason)
+        _set("skipped", reason)
+        return status()
+    import torch
+    import torch.utils.cpp_extension as ce
+    if _HOOKS is None:
+        _HOOKS = _Hooks(ce)
+    if _oeq_uses_own_precompiled(torch):
+        _set("oeq-precompiled", "OpenEquivariance loads its own precompiled stable extension; nothing to do")
+        return status()
+    decision = check() if mode != "never" else Decision(False, f"{ENV_PREBUILT}=0", None)
+    if decision.usable:
+        _install_prebuilt(ce, decision.library)
+        _set("prebuilt", decision.reason, decision.library)
+        return status()
+    if mode == "require":
+        raise PrebuiltUnavailable(f"{ENV_PREBUILT}=1 but the prebuilt library cannot be used: {decision.reason}")
+    wheels = os.environ.get(ENV_FROM_WHEELS, "auto")
+    if wheels not in ("auto", "0", "1"):
+        raise ValueError(f"{ENV_FROM_WHEELS}={wheels!r}: use auto, 1 or 0")
+    if wheels == "0" or (wheels == "auto" and _torch_cuda_home_usable(ce)):
+        _set("skipped", f"prebuilt not used: {decision.reason}; OEq builds with torch's CUDA_HOME")
+        return status()
+    flags = wheel_build_flags(_site_packages_of(torch))
+    if flags is None:
+        msg = "the NVIDIA CUDA wheels (or libcuda.so.1; set OEQ_CUDA_DRIVER_DIR) were not found"
+        if wheels == "1":
+            raise RuntimeError(f"{ENV_FROM_WHEELS}=1 but {msg}")
+        _set("skipped", f"prebuilt not used: {decision.reason}; {msg}")
+        return status()
+    _install_wheel_fallback(ce, torch, flags)
+    _set("fallback-armed", f"prebuilt not used: {decision.reason}; building from the NVIDIA wheels ({flags.layout})")
+    return status()
+
+
+def deactivate():
+    """Undo activate()'s wrapping of torch.utils.cpp_extension."""
+    if _HOOKS is not None:
+        _HOOKS.restore()
+
+
+class activated:
+    """Context-manager form: `with fastmace_oeq_ext.activated(): import openequivariance`."""
+
+    def __enter__(self):
+        return activate()
+
+    def __exit__(self, *exc):
+        deactivate()
+        return False

@@ -1,0 +1,59 @@
+"""verify_wheel refuses damaged or inconsistent wheels."""
+import json
+import shutil
+import zipfile
+
+import pytest
+
+from oeq_wheels import verify
+
+pytestmark = pytest.mark.slow
+
+
+def _rewrite(src, dst, change):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = change(info.filename, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info, data)
+
+
+def test_good_wheel_verifies(cp311_wheel):
+    v = verify.verify_wheel(cp311_wheel)
+    assert v.ok, v.problems
+
+
+def test_tampered_library_fails_record(cp311_wheel, tmp_path):
+    bad = tmp_path / cp311_wheel.name
+    _rewrite(cp311_wheel, bad, lambda n, d: d + b"\0" if n.endswith(".so") else d)
+    v = verify.verify_wheel(bad, twine=False)
+    assert not v.ok and any("RECORD" in p for p in v.problems)
+
+
+def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
+    from wheel.wheelfile import WheelFile
+    unpacked = tmp_path / "u"
+    with zipfile.ZipFile(cp311_wheel) as zf:
+        zf.extractall(unpacked)
+    m = unpacked / "fastmace_oeq_ext" / "manifest.json"
+    data = json.loads(m.read_text())
+    data["library"]["sha256"] = "0" * 64
+    m.write_text(json.dumps(data))
+    out = tmp_path / "o"
+    out.mkdir()
+    with WheelFile(out / cp311_wheel.name, "w") as wf:  # a consistent RECORD, a lying manifest
+        wf.write_files(str(unpacked))
+    v = verify.verify_wheel(out / cp311_wheel.name, twine=False)
+    assert any("manifest's library sha256" in p for p in v.problems)
+
+
+def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):
+    older = tmp_path / cp311_wheel.name.replace("manylinux_2_28", "manylinux_2_17")
+    shutil.copy(cp311_wheel, older)
+    v = verify.verify_wheel(older, twine=False)
+    assert any("auditwheel proves only" in p or "platform tag" in p for p in v.problems)
+
+
+def test_tag_choice():
+    assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_27_x86_64") == "manylinux_2_28_x86_64"
+    assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Print the path of a Python (>= 3.11) whose venv holds the pipeline's pinned tools,
+# creating the venv on first use. The venv lives in the cache, never in the repository.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
+REQ="$REPO/requirements/${1:-test}.txt"
+
+find_base_python() {
+  local c
+  for c in "${OEQ_WHEELS_TOOL_PYTHON:-}" python3 python3.13 python3.12 python3.11 \
+           /opt/python/cp312-cp312/bin/python /opt/python/cp311-cp311/bin/python; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      command -v "$c"; return 0
+    fi
+  done
+  echo "bootstrap: no Python >= 3.11 found (tried python3, python3.13 ... python3.11); install one or set OEQ_WHEELS_TOOL_PYTHON" >&2
+  return 1
+}
+
+key="$(cat "$REPO/requirements/"*.txt | sha256sum | cut -c1-12)"
+VENV="$CACHE/venv-tools-$key"
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
+  base="$(find_base_python)"
+  echo "bootstrap: creating $VENV with $base" >&2
+  rm -rf "$VENV"
+  mkdir -p "$CACHE"
+  "$base" -m venv "$VENV"
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REPO/requirements/test.txt" \
+       >"$VENV/pip.log" 2>&1; then
+    cat "$VENV/pip.log" >&2; echo "bootstrap: installing the pinned tools failed (log above)" >&2; exit 1
+  fi
+  touch "$VENV/.complete"
+fi
+echo "$VENV/bin/python"
