@@ -82,7 +82,8 @@ def stage(pins: Pins, root: Path, *, library: Path, manifest: dict, compiler_tex
     """Lay out the unpacked wheel under root; return root."""
     pkg = root / pins.import_name
     pkg.mkdir(parents=True)
-    shutil.copyfile(RUNTIME_DIR / "__init__.py", pkg / "__init__.py")
+    for name in ("__init__.py", "__main__.py"):
+        shutil.copyfile(RUNTIME_DIR / name, pkg / name)
     shutil.copyfile(library, pkg / f"{pins.oeq_extension_name}.so")
     (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     shutil.copyfile(oeq_license, pkg / "LICENSE.openequivariance")

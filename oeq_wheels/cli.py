@@ -29,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="re-check built wheels on their own")
     v.add_argument("wheels", nargs="+", type=Path)
 
+    o = sub.add_parser("oeq-wheel", help="OEq's Python package as a pure wheel (no stable extension)")
+    o.add_argument("outdir", type=Path)
+
+    s = sub.add_parser("stub", help="write a stub libcuda.so.1 for a library's driver symbols (tests, no GPU)")
+    s.add_argument("library", type=Path)
+    s.add_argument("outdir", type=Path)
+
     sub.add_parser("pythons", help="list the interpreters the build would use")
     f = sub.add_parser("fetch", help="download the pinned inputs into the cache")
     f.add_argument("--python", type=_pythons_arg)
@@ -69,6 +76,16 @@ def _dispatch(args) -> int:
                 for p in verdict.problems:
                     print(f"     - {p}")
         return 1 if bad else 0
+    if args.cmd == "oeq-wheel":
+        from .build import default_cache
+        from .oeqpy import build
+        from .pins import load
+        print(build(load(), args.outdir, default_cache()))
+        return 0
+    if args.cmd == "stub":
+        from .stub import make_stub, undefined_driver_symbols
+        print(make_stub(undefined_driver_symbols([args.library], dynamic=True), args.outdir))
+        return 0
     if args.cmd == "pythons":
         from .pins import load
         from .pythons import PythonNotFound, find

@@ -136,7 +136,8 @@ class ObjectCache:
 
     def key(self, source: Path, flags: list[str]) -> str:
         h = hashlib.sha256()
-        h.update(json.dumps([self.toolchain.cxx, self.toolchain.version, flags]).encode())
+        # The compiler counts by what it says it is, not by the path used to call it.
+        h.update(json.dumps([self.toolchain.version, flags]).encode())
         h.update(source.read_bytes())
         return h.hexdigest()
 

@@ -18,7 +18,8 @@ from wheel.wheelfile import WheelFile
 
 from .link import RUNPATH
 
-PACKAGE_FILES = ("__init__.py", "libtorch_tp_jit.so", "manifest.json", "LICENSE.openequivariance",
+# __main__.py makes `python -m fastmace_oeq_ext` (the doctor) work.
+PACKAGE_FILES = ("__init__.py", "__main__.py", "libtorch_tp_jit.so", "manifest.json", "LICENSE.openequivariance",
                  "BUILD_COMPILER.txt")
 TORCH_NEEDED = {"libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so",
                 "libtorch_python.so"}

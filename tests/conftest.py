@@ -60,7 +60,7 @@ def torch_venv(cache) -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([interp.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"torch=={pins.matrix.torch_version}", "numpy", "jinja2", "packaging"], check=True)
+                        f"torch=={pins.matrix.torch_version}"], check=True)
         (venv / ".complete").touch()
     return venv
 
@@ -75,3 +75,29 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
         lib.write_bytes(zf.read("fastmace_oeq_ext/libtorch_tp_jit.so"))
     stub.make_stub(stub.undefined_driver_symbols([lib], dynamic=True), d / "lib")
     return d / "lib"
+
+
+@pytest.fixture(scope="session")
+def oeq_venv(torch_venv, cp311_wheel, tmp_path_factory, cache) -> Path:
+    """torch_venv plus OpenEquivariance 0.7.0's Python package and the cp311 wheel."""
+    from oeq_wheels import oeqpy
+    py = str(torch_venv / "bin" / "python")
+    out = tmp_path_factory.mktemp("oeqwheel")
+    oeq_whl = oeqpy.build(pins_mod.load(), out, cache)
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # OEq 0.7.0's own dependencies; its wheel and ours go in without resolving (torch is there).
+    subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", "pybind11==3.1.0"], check=True)
+    subprocess.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), str(cp311_wheel)], check=True)
+    return torch_venv
+
+
+@pytest.fixture
+def sentinels(tmp_path) -> tuple[Path, Path]:
+    """A bin directory whose g++, c++, ninja and nvcc log their call and fail; and the log."""
+    d, log = tmp_path / "sentinel-bin", tmp_path / "sentinel.log"
+    d.mkdir()
+    for tool in ("g++", "c++", "ninja", "nvcc"):
+        p = d / tool
+        p.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\necho "sentinel: {tool} must not run" >&2\nexit 1\n')
+        p.chmod(0o755)
+    return d, log

@@ -425,3 +425,38 @@ class activated:
     def __exit__(self, *exc):
         deactivate()
         return False
+
+
+# ---------------------------------------------------------------- doctor
+def doctor(out=None) -> int:
+    """Print how OEq's host extension will be provided here; 0 when it is usable."""
+    import shutil
+    out = out or sys.stdout
+    try:
+        mode = _mode()
+    except ValueError as exc:
+        print(f"host extension: unusable; {exc}", file=out)
+        return 1
+    m = None
+    try:
+        m = load_manifest()
+    except (OSError, ValueError):
+        pass
+    name = f"{m['package']['name']} {m['package']['version']}" if m else "fastmace-oeq-ext"
+    decision = check() if mode != "never" else Decision(False, f"{ENV_PREBUILT}=0", None)
+    if decision.usable:
+        print(f"host extension: prebuilt ({name}, {decision.library}); no compiler needed", file=out)
+        return 0
+    if mode == "require":
+        print(f"host extension: unusable; {ENV_PREBUILT}=1 but prebuilt not used: {decision.reason}", file=out)
+        return 1
+    tools = {t: shutil.which(t) for t in ("g++", "ninja")}
+    found = ", ".join(f"{t} {p}" for t, p in tools.items() if p)
+    print(f"host extension: built with the host toolchain ({found or 'no g++/ninja found'}); "
+          f"prebuilt not used: {decision.reason}", file=out)
+    missing = [t for t, p in tools.items() if not p]
+    if missing:
+        print(f"missing: {', '.join(missing)} (install them, or install the fastmace-oeq-ext wheel "
+              "that matches this environment)", file=out)
+        return 1
+    return 0
