@@ -16,3 +16,4 @@ _spec.loader.exec_module(_mod)
 CudaWheelFlags = _mod.CudaWheelFlags
 wheel_build_flags = _mod.wheel_build_flags
 find_driver_dir = _mod.find_driver_dir
+missing_cu13_parts = _mod.missing_cu13_parts

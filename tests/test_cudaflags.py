@@ -10,6 +10,7 @@ def _touch(p: Path):
 
 def make_cu13(sp: Path, libs=("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13")):
     _touch(sp / "nvidia/cu13/include/cuda_runtime_api.h")
+    _touch(sp / "nvidia/cu13/include/crt/host_defines.h")
     (sp / "nvidia/cu13/include/cccl").mkdir(parents=True)
     for lib in libs:
         _touch(sp / "nvidia/cu13/lib" / lib)
@@ -57,3 +58,11 @@ def test_cu12_layout(tmp_path):
     assert f.sonames == ["libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12", "libcuda.so.1"]
     assert len(f.library_dirs) == 4 and f.library_dirs[-1] == str(drv)
     assert f.include_dirs[-1].endswith("cuda_cccl/include")
+
+
+def test_cu13_without_crt_headers_is_incomplete(tmp_path):
+    from oeq_wheels.cudaflags import missing_cu13_parts
+    make_cu13(tmp_path)
+    (tmp_path / "nvidia/cu13/include/crt/host_defines.h").unlink()
+    assert wheel_build_flags(tmp_path, driver_dir=str(tmp_path)) is None
+    assert missing_cu13_parts(tmp_path) == [("include/crt/host_defines.h", "nvidia-cuda-crt")]

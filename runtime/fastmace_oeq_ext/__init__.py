@@ -158,6 +158,20 @@ class CudaWheelFlags:
         return [f"-L{d}" for d in self.library_dirs] + [f"-l:{s}" for s in self.sonames]
 
 
+# What each part of the cu13 layout needs; torch's own requirements install the
+# runtime, nvrtc and cublas wheels but not crt (crt/host_defines.h, which
+# cuda_runtime_api.h includes), so a toolkit-less build may need it added.
+CU13_PARTS = (("include/cuda_runtime_api.h", "nvidia-cuda-runtime"), ("include/crt/host_defines.h", "nvidia-cuda-crt"),
+              ("lib/libcudart.so.13", "nvidia-cuda-runtime"), ("lib/libnvrtc.so.13", "nvidia-cuda-nvrtc"),
+              ("lib/libcublas.so.13", "nvidia-cublas"))
+
+
+def missing_cu13_parts(site_packages) -> list:
+    """(file, wheel) pairs of the cu13 layout that are not installed under site_packages."""
+    cu13 = Path(site_packages) / "nvidia" / "cu13"
+    return [(f, dist) for f, dist in CU13_PARTS if not (cu13 / f).exists()]
+
+
 def find_driver_dir(env=None):
     """Directory holding libcuda.so.1: OEQ_CUDA_DRIVER_DIR, else the usual places."""
     env = os.environ if env is None else env
@@ -179,7 +193,7 @@ def wheel_build_flags(site_packages, driver_dir=None, require_driver=True):
     cu13 = sp / "nvidia" / "cu13"
     if (cu13 / "include" / "cuda_runtime_api.h").is_file():
         lib = cu13 / "lib"
-        if not all((lib / s).exists() for s in CU13_LIBS):
+        if missing_cu13_parts(sp):
             return None
         includes = [str(cu13 / "include")]
         if (cu13 / "include" / "cccl").is_dir():
@@ -355,6 +369,21 @@ def _install_wheel_fallback(ce, torch, flags):
     _HOOKS.patch("load", load)
 
 
+def _missing_message(site) -> str:
+    """Why the NVIDIA-wheel build cannot run, naming the wheels (pinned versions) to install."""
+    missing = missing_cu13_parts(site)
+    if not missing:
+        return "libcuda.so.1 (the NVIDIA driver) was not found; set OEQ_CUDA_DRIVER_DIR"
+    try:
+        pins = {w["name"]: w["version"] for w in load_manifest()["cuda_wheels"]}
+    except (OSError, ValueError, KeyError):
+        pins = {}
+    dists = sorted({d for _, d in missing})
+    reqs = " ".join(f"{d}=={pins[d]}" if d in pins else d for d in dists)
+    return (f"the NVIDIA CUDA wheels lack {', '.join(f for f, _ in missing)}; "
+            f"install them with: pip install {reqs}")
+
+
 def _built_mtime(build_dir, name):
     try:
         return os.stat(os.path.join(build_dir(name, False), f"{name}.so")).st_mtime_ns
@@ -398,9 +427,10 @@ def activate():
     if wheels == "0" or (wheels == "auto" and _torch_cuda_home_usable(ce)):
         _set("skipped", f"prebuilt not used: {decision.reason}; OEq builds with torch's CUDA_HOME")
         return status()
-    flags = wheel_build_flags(_site_packages_of(torch))
+    site = _site_packages_of(torch)
+    flags = wheel_build_flags(site)
     if flags is None:
-        msg = "the NVIDIA CUDA wheels (or libcuda.so.1; set OEQ_CUDA_DRIVER_DIR) were not found"
+        msg = _missing_message(site)
         if wheels == "1":
             raise RuntimeError(f"{ENV_FROM_WHEELS}=1 but {msg}")
         _set("skipped", f"prebuilt not used: {decision.reason}; {msg}")
