@@ -84,8 +84,11 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, sh.pybind11_include,
                                 os.path.realpath(interp.include),
                                 p.oeq_extension_name, cxx_std, abi, glibc_shim, prefix_map)
-        # json11 includes neither Python nor torch: one object serves every Python.
-        ctx_shared = cc.CompileContext(**{**ctx.__dict__, "python_include": None})
+        # json11 includes only the C++ standard library, so the torch, CUDA and Python
+        # include directories cannot change its object: without them one object serves every Python.
+        ctx_shared = cc.CompileContext(**{**ctx.__dict__, "python_include": None, "torch_root": None,
+                                          "cuda_includes": [], "prefix_map": {
+                                              str(ext): "openequivariance/extension", str(cc.SHIM_DIR): "oeq-wheels-shim"}})
         with Stage(tag, "compile", timings) as st:
             jobs = [(ext / src, (ctx if src == "libtorch_tp_jit.cpp" else ctx_shared).flags())
                     for src in p.oeq_sources]
@@ -194,9 +197,33 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
             except Exception as exc:  # report every Python, then fail
                 failures[pins_mod.cp_tag(v)] = str(exc)
     rows.sort(key=lambda r: r["wheel"])
-    say(f"\nbuilt {len(rows)} wheel(s) in {time.monotonic() - t0:.1f}s into {outdir}")
+    elapsed = time.monotonic() - t0
+    write_report(outdir, pins, rows, failures, elapsed, toolchain)
+    say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s into {outdir}")
     if rows:
         print(table(rows))
     for tag, why in failures.items():
         say(f"\n[{tag}] FAILED, no wheel written: {why}")
     return rows, failures
+
+
+def write_report(outdir: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain) -> None:
+    """REPORT.json and REPORT.md beside the wheels: what was built from what, and how long it took."""
+    import json
+    entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
+    inputs_ = [entry(p) for p in pins.all_inputs([r["wheel"].split("-")[2] for r in rows])]
+    data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
+            "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
+            "failures": failures, "inputs": inputs_}
+    (outdir / "REPORT.json").write_text(json.dumps(data, indent=2) + "\n")
+    lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name})", "",
+             f"Built with {toolchain.version} in {elapsed:.1f} s.", "",
+             "| wheel | tag (proven by auditwheel) | size | sha256 | seconds per stage |", "|---|---|---|---|---|"]
+    for r in rows:
+        stages = ", ".join(f"{k} {v}" for k, v in r["timings"].items())
+        lines.append(f"| {r['wheel']} | {r['tag']} | {r['size'] / 1024:.0f} KiB | `{r['sha256']}` | {stages} |")
+    for tag, why in failures.items():
+        lines.append(f"| {tag}: FAILED | | | | {why.splitlines()[0][:200]} |")
+    lines += ["", "## Inputs", "", "| file | sha256 |", "|---|---|"]
+    lines += [f"| {i['file']} | `{i['sha256']}` |" for i in inputs_]
+    (outdir / "REPORT.md").write_text("\n".join(lines) + "\n")

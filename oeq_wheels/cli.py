@@ -36,6 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("library", type=Path)
     s.add_argument("outdir", type=Path)
 
+    c = sub.add_parser("clean-install", help="fresh venv, compilers replaced by sentinels: the wheel must work")
+    c.add_argument("wheel_dir", type=Path)
+    c.add_argument("python", nargs="?", help="X.Y or an interpreter path (default 3.11)")
+    c.add_argument("--keep", action="store_true", help="keep the venv and logs")
+
+    pb = sub.add_parser("publish", help="check the set, verify every wheel, write SHA256SUMS, upload with twine")
+    pb.add_argument("outdir", type=Path)
+    pb.add_argument("--repository", help="a twine repository name, e.g. testpypi (default: pypi)")
+    pb.add_argument("--repository-url", help="an upload URL (instead of --repository)")
+    pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
+    pb.add_argument("--matrix")
+
+    ix = sub.add_parser("index", help="write OUTDIR/simple, a PEP 503 index of the wheels")
+    ix.add_argument("outdir", type=Path)
+    ix.add_argument("--matrix")
+
     sub.add_parser("pythons", help="list the interpreters the build would use")
     f = sub.add_parser("fetch", help="download the pinned inputs into the cache")
     f.add_argument("--python", type=_pythons_arg)
@@ -52,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         from .fetch import FetchError
         from .pins import PinsError
         from .pythons import PythonNotFound
-        if isinstance(exc, (BuildError, FetchError, PinsError, PythonNotFound)):
+        from .release import ReleaseError
+        if isinstance(exc, (BuildError, FetchError, PinsError, PythonNotFound, ReleaseError)):
             print(f"oeq-wheels: error: {exc}", file=sys.stderr)
             return 2
         raise
@@ -85,6 +102,19 @@ def _dispatch(args) -> int:
     if args.cmd == "stub":
         from .stub import make_stub, undefined_driver_symbols
         print(make_stub(undefined_driver_symbols([args.library], dynamic=True), args.outdir))
+        return 0
+    if args.cmd == "clean-install":
+        from .build import default_cache
+        from .cleaninstall import run
+        return run(args.wheel_dir, args.python, default_cache(), args.keep)
+    if args.cmd == "publish":
+        from .pins import load
+        from .release import publish
+        return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url)
+    if args.cmd == "index":
+        from .pins import load
+        from .release import write_index
+        print(write_index(args.outdir, load(args.matrix)))
         return 0
     if args.cmd == "pythons":
         from .pins import load

@@ -85,7 +85,7 @@ class CompileContext:
     """Everything that decides the compiler command for one Python."""
 
     oeq_ext: Path               # openequivariance/extension in the unpacked sdist
-    torch_root: Path            # contains torch/include
+    torch_root: Path | None     # contains torch/include; None for sources that include no torch header
     cuda_includes: list[str]
     pybind11_include: Path
     python_include: str | None  # None for sources that do not include Python.h
@@ -96,8 +96,10 @@ class CompileContext:
     prefix_map: dict[str, str] = field(default_factory=dict)
 
     def flags(self) -> list[str]:
-        torch_inc = self.torch_root / "torch" / "include"
-        system = [str(torch_inc), str(torch_inc / "torch" / "csrc" / "api" / "include"), *self.cuda_includes]
+        system = list(self.cuda_includes)
+        if self.torch_root is not None:
+            torch_inc = self.torch_root / "torch" / "include"
+            system = [str(torch_inc), str(torch_inc / "torch" / "csrc" / "api" / "include"), *system]
         if self.python_include:
             system.append(self.python_include)
         flags = [f"-DTORCH_EXTENSION_NAME={self.extension_name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
@@ -132,6 +134,8 @@ class ObjectCache:
         self.root = root
         self.toolchain = toolchain
         self.slots = threading.Semaphore(max(1, jobs))
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
         root.mkdir(parents=True, exist_ok=True)
 
     def key(self, source: Path, flags: list[str]) -> str:
@@ -145,8 +149,16 @@ class ObjectCache:
         """Return (object path, whether it came from the cache)."""
         key = self.key(source, flags)
         obj = self.root / f"{key}.o"
-        if obj.is_file():
-            return obj, True
+        with self._key_lock(key):  # Pythons built in parallel share json11: compile it once
+            if obj.is_file():
+                return obj, True
+            return self._compile(source, flags, key, obj), False
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _compile(self, source: Path, flags: list[str], key: str, obj: Path) -> Path:
         tmp = obj.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.o")
         cmd = [*shlex.split(self.toolchain.cxx), "-c", str(source), "-o", str(tmp), *flags]
         with self.slots:
@@ -156,4 +168,4 @@ class ObjectCache:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise CompileError(f"compiling {source.name} failed (exit {proc.returncode}):\n{tail}")
         os.replace(tmp, obj)
-        return obj, False
+        return obj

@@ -11,6 +11,7 @@ def _touch(p: Path):
 def make_cu13(sp: Path, libs=("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13")):
     _touch(sp / "nvidia/cu13/include/cuda_runtime_api.h")
     _touch(sp / "nvidia/cu13/include/crt/host_defines.h")
+    _touch(sp / "nvidia/cu13/include/nv/target")
     (sp / "nvidia/cu13/include/cccl").mkdir(parents=True)
     for lib in libs:
         _touch(sp / "nvidia/cu13/lib" / lib)

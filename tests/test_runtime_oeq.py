@@ -144,20 +144,21 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     assert stock["built"] is False, stock
     assert "cuda_runtime_api.h" in stock["ext_error"] or "cusparse.h" in stock["ext_error"], stock["ext_error"][-2000:]
     env = {**base, "OEQ_CUDA_DRIVER_DIR": str(libcuda_stub), "TORCH_EXTENSIONS_DIR": str(tmp_path / "wheels")}
-    site = next((oeq_venv / "lib").glob("python3.*/site-packages"))
-    crt = site / "nvidia" / "cu13" / "include" / "crt"
-    if not crt.exists():
-        # torch's requirements do not bring nvidia-cuda-crt: the fallback says what to install ...
-        res = probe(oeq_venv, env, tmp_path, sbin)
-        assert res["status"]["state"] == "skipped" and "pip install nvidia-cuda-crt==13.0.88" in res["status"]["reason"]
-        # ... and we install exactly that, by hash, from the pinned cache.
-        from oeq_wheels import build as b, fetch, pins as P
-        pin = next(n for n in P.load().matrix.nvidia if n.name == "nvidia-cuda-crt")
-        path = fetch.ensure([pin], b.default_cache())[pin.file]
-        req = tmp_path / "crt.txt"
-        req.write_text(f"{path} --hash=sha256:{pin.sha256}\n")
-        subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                        "--disable-pip-version-check", "--require-hashes", "-r", str(req)], check=True)
+    # As after `pip install torch`: no crt or cccl headers (an earlier run of this test may have added them).
+    subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "nvidia-cuda-crt",
+                    "nvidia-cuda-cccl"], capture_output=True)
+    # torch's requirements do not bring nvidia-cuda-crt: the fallback says what to install ...
+    res = probe(oeq_venv, {**env, "PROBE_NO_IMPORT": "1"}, tmp_path, sbin)
+    assert res["status"]["state"] == "skipped"
+    assert "pip install nvidia-cuda-cccl==13.0.85 nvidia-cuda-crt==13.0.88" in res["status"]["reason"]
+    # ... and we install exactly those, by hash, from the pinned cache.
+    from oeq_wheels import build as b, fetch, pins as P
+    pins = [n for n in P.load().matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
+    paths = fetch.ensure(pins, b.default_cache())
+    req = tmp_path / "headers.txt"
+    req.write_text("".join(f"{paths[p.file]} --hash=sha256:{p.sha256}\n" for p in pins))
+    subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                    "--disable-pip-version-check", "--require-hashes", "-r", str(req)], check=True)
     res = probe(oeq_venv, env, tmp_path, sbin, timeout=600)
     assert res["built"] is True, res["ext_error"]
     assert res["status"]["state"] == "built" and res["file"].startswith(str(tmp_path / "wheels"))
@@ -165,8 +166,12 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     for soname in ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcuda.so.1"):
         assert f"[{soname}]" in needed
     assert not log.exists()  # nvcc was never called
+    # torch leaves <build dir>/lock behind; the second process must neither wait on it nor rebuild.
+    assert (tmp_path / "wheels" / "libtorch_tp_jit" / "lock").exists()
+    t0 = time.monotonic()
     again = probe(oeq_venv, env, tmp_path, sbin, timeout=600)
     assert again["built"] is True and again["status"]["state"] == "reused"
+    assert time.monotonic() - t0 < 60
 
 
 DOCTOR = [sys.executable]  # replaced per test by the venv's python

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import sys
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -160,8 +161,10 @@ class CudaWheelFlags:
 
 # What each part of the cu13 layout needs; torch's own requirements install the
 # runtime, nvrtc and cublas wheels but not crt (crt/host_defines.h, which
-# cuda_runtime_api.h includes), so a toolkit-less build may need it added.
+# cuda_runtime_api.h includes) nor cccl (nv/target, which cuda_fp16.h includes),
+# so a toolkit-less build may need those two added.
 CU13_PARTS = (("include/cuda_runtime_api.h", "nvidia-cuda-runtime"), ("include/crt/host_defines.h", "nvidia-cuda-crt"),
+              ("include/nv/target", "nvidia-cuda-cccl"),
               ("lib/libcudart.so.13", "nvidia-cuda-runtime"), ("lib/libnvrtc.so.13", "nvidia-cuda-nvrtc"),
               ("lib/libcublas.so.13", "nvidia-cublas"))
 
@@ -348,6 +351,8 @@ def _install_wheel_fallback(ce, torch, flags):
             return orig(device_type, *args, **kwargs)
         return wrapped
 
+    inside_load = threading.local()
+
     def load(orig):
         def wrapped(name, *args, **kwargs):
             if name != EXTENSION:
@@ -356,17 +361,33 @@ def _install_wheel_fallback(ce, torch, flags):
             ld += flags.link_args() + [f"-Wl,-rpath,{d}" for d in flags.runtime_dirs]
             kwargs["extra_ldflags"] = ld
             before = _built_mtime(orig_build_dir, name)
-            mod = orig(name, *args, **kwargs)
+            inside_load.active = True
+            try:
+                mod = orig(name, *args, **kwargs)
+            finally:
+                inside_load.active = False
             after = _built_mtime(orig_build_dir, name)
             _set("reused" if before is not None and before == after else "built",
                  f"{_STATUS['reason']}", mod.__file__)
             return mod
         return wrapped
 
+    def build_dir(orig):
+        # torch serialises builds with an advisory lock on <build dir>/lock and leaves
+        # the file behind; OEq 0.7.0 waits while that file merely exists (5 minutes,
+        # then an error), so after any earlier build it would stall. Outside torch's
+        # own load() we answer with a directory that holds no lock file.
+        def wrapped(name, verbose=False, *args, **kwargs):
+            if name == EXTENSION and not getattr(inside_load, "active", False):
+                return str(HERE)
+            return orig(name, verbose, *args, **kwargs)
+        return wrapped
+
     orig_build_dir = ce._get_build_directory
     _HOOKS.patch("include_paths", include_paths)
     _HOOKS.patch("library_paths", library_paths)
     _HOOKS.patch("load", load)
+    _HOOKS.patch("_get_build_directory", build_dir)
 
 
 def _missing_message(site) -> str:
