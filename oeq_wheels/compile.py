@@ -140,8 +140,8 @@ class ObjectCache:
 
     def key(self, source: Path, flags: list[str]) -> str:
         h = hashlib.sha256()
-        # The compiler counts by what it says it is, not by the path used to call it.
-        h.update(json.dumps([self.toolchain.version, flags]).encode())
+        # The compiler counts by what it says it is and any options in CXX, not by its path.
+        h.update(json.dumps([self.toolchain.version, shlex.split(self.toolchain.cxx)[1:], flags]).encode())
         h.update(source.read_bytes())
         return h.hexdigest()
 

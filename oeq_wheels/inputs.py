@@ -127,7 +127,13 @@ def oeq_tree(sdist: Path, pin: Pinned, cache: Path) -> Path:
     """The unpacked OEq sdist (its extension sources, Python package and LICENSE)."""
     def fill(tmp: Path) -> None:
         with tarfile.open(sdist) as tf:
-            tf.extractall(tmp, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(tmp, filter="data")
+            else:  # Pythons before 3.11.4: the same safety by hand
+                for m in tf.getmembers():
+                    if m.name.startswith("/") or ".." in Path(m.name).parts or not (m.isfile() or m.isdir()):
+                        raise RuntimeError(f"refusing unsafe sdist member {m.name!r}")
+                tf.extractall(tmp)
 
     root = _atomic_tree(cache / "extract" / f"oeq-{pin.version}-{pin.sha256[:16]}", fill)
     return root / f"openequivariance-{pin.version}"

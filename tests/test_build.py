@@ -157,4 +157,6 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fre
     r = run_cli("build", "--python", "3.11,3.12", str(out), env=env)
     assert r.returncode == 1, r.stderr
     assert "[cp312] FAILED" in r.stderr and "injected failure" in r.stderr
-    assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]
+    assert sorted(p.name for p in out.glob("*.whl")) == [cp311_wheel.name]
+    assert not [p for p in out.iterdir() if p.name.endswith(".part")]
+    assert "cp312: FAILED" in (out / "REPORT.md").read_text()

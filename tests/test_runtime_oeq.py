@@ -117,7 +117,10 @@ def test_oeq_imported_first_is_reported(oeq_venv, libcuda_stub, sentinels, tmp_p
     env = {"PROBE_IMPORT_OEQ_FIRST": "1", "OEQ_CUDA_FROM_WHEELS": "0", "LD_LIBRARY_PATH": str(libcuda_stub)}
     res = probe(oeq_venv, env, tmp_path, sentinels[0])
     assert res["status"]["state"] == "skipped" and "imported before activate()" in res["status"]["reason"]
-    res = probe(oeq_venv, {**env, "FASTMACE_OEQ_PREBUILT": "1"}, tmp_path, sentinels[0])
+    # Its own extensions directory: stock OEq leaves torch's lock file behind, and OEq 0.7.0
+    # itself (imported first, so nothing of ours runs) would wait 5 minutes on it.
+    res = probe(oeq_venv, {**env, "FASTMACE_OEQ_PREBUILT": "1", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext2")},
+                tmp_path, sentinels[0])
     assert res["error"].startswith("PrebuiltUnavailable") and "imported before" in res["error"]
 
 

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Benchmark: the release build against its compiler floor, and the user's cold start.
+
+    PYTHONPATH=. python bench/run.py [--out docs/benchmarks.md] [--skip-build] [--repeat 3]
+
+Prints a markdown table and writes it to --out. Measures, on this machine:
+ 1. the 4-wheel build with the pinned inputs already downloaded (empty object cache),
+    against the floor: the bare compiler on the same translation units (4x
+    libtorch_tp_jit.cpp, 1x json11.cpp), as many at once as there are cores;
+ 2. a no-change rebuild;
+ 3. a fresh process until OEq's extension is usable: prebuilt vs OEq's JIT build (the
+    toolkit-less fallback flags, empty torch-extensions directory), and vs importing torch;
+ 4. wheel sizes, and the disk and download cost of one build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from oeq_wheels import build, compile as cc, fetch, inputs, oeqpy, pins as P, pythons, stub  # noqa: E402
+from oeq_wheels.cudaflags import wheel_build_flags  # noqa: E402
+
+
+def du(path: Path) -> int:
+    r = subprocess.run(["du", "-sb", "--", str(path)], capture_output=True, text=True)
+    return int(r.stdout.split()[0]) if r.returncode == 0 else 0
+
+
+def isolated_cache(cache: Path, tmp: Path) -> Path:
+    """A cache sharing downloads and unpacked inputs, with an empty object cache."""
+    root = tmp / "cache"
+    root.mkdir()
+    for sub in ("downloads", "extract"):
+        (root / sub).symlink_to(cache / sub)
+    return root
+
+
+def floor_seconds(pins, cache: Path, tmp: Path) -> float:
+    """The bare compiler on the same translation units, with the pipeline's own flags."""
+    tool = cc.Toolchain.detect()
+    oeq = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache).resolve()
+    ext = oeq / "openequivariance" / "extension"
+    cuda_root = inputs.cuda_tree([(n, cache / "downloads" / n.file) for n in pins.matrix.nvidia], cache).resolve()
+    pyb = inputs.pybind11_include(cache / "downloads" / pins.pybind11.file, pins.pybind11, cache).resolve()
+    cuda = wheel_build_flags(cuda_root, require_driver=False)
+    cmds = []
+    for v in pins.matrix.pythons:
+        interp = pythons.find(v)
+        pin = pins.matrix.torch_wheel(interp.cp_tag)
+        troot = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache).resolve()
+        ctx = cc.CompileContext(ext, troot, cuda.include_dirs, pyb, os.path.realpath(interp.include),
+                                pins.oeq_extension_name, cc.torch_cxx_std(troot), cc.torch_cxx11_abi(troot), True)
+        cmds.append([tool.cxx, "-c", str(ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"), *ctx.flags()])
+    cmds.append([tool.cxx, "-c", str(ext / "json11" / "json11.cpp"), "-o", str(tmp / "json11.o"), *ctx.flags()])
+    jobs = os.cpu_count() or 1
+    t0 = time.monotonic()
+    running: list[subprocess.Popen] = []
+    for cmd in cmds:
+        while len(running) >= jobs:
+            running.pop(0).wait()
+        running.append(subprocess.Popen(cmd))
+    for p in running:
+        if p.wait() != 0:
+            raise RuntimeError("floor compile failed")
+    return time.monotonic() - t0
+
+
+def timed(cmd, env=None) -> float:
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {r.stderr[-2000:]}")
+    return time.monotonic() - t0
+
+
+COLD = r"""
+import os, sys, time
+t0 = time.perf_counter()
+mode = sys.argv[1]
+if mode != "torch":
+    import fastmace_oeq_ext
+    fastmace_oeq_ext.activate()
+import torch
+if mode != "torch":
+    import openequivariance
+    from openequivariance._torch import extlib
+    assert extlib.BUILT_EXTENSION, extlib.BUILT_EXTENSION_ERROR
+print(time.perf_counter() - t0)
+"""
+
+
+def cold_start(venv: Path, wheel: Path, cache: Path, tmp: Path, repeat: int) -> dict:
+    py = str(venv / "bin" / "python")
+    pins = P.load()
+    oeq_whl = oeqpy.build(pins, tmp / "oeq", cache)
+    hdrs = [n for n in pins.matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
+    files = fetch.ensure(hdrs, cache)
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", "pybind11==3.1.0"], check=True)
+    subprocess.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), str(wheel), *[str(files[h.file]) for h in hdrs]],
+                   check=True)
+    site = Path(subprocess.run([py, "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    stub_dir = stub.make_stub(stub.undefined_driver_symbols([site / "libtorch_tp_jit.so"], dynamic=True), tmp / "stub").parent
+    base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
+    base.update(LD_LIBRARY_PATH=str(stub_dir), OEQ_CUDA_DRIVER_DIR=str(stub_dir))
+    run = lambda mode, env: float(subprocess.run([py, "-W", "ignore", "-c", COLD, mode], env=env, capture_output=True,
+                                                  text=True, check=True).stdout.strip().splitlines()[-1])
+    out = {"torch": [], "prebuilt": [], "jit": []}
+    for i in range(repeat):
+        out["torch"].append(run("torch", base))
+        out["prebuilt"].append(run("prebuilt", dict(base, FASTMACE_OEQ_PREBUILT="1",
+                                                      TORCH_EXTENSIONS_DIR=str(tmp / "ext-pre"))))
+    out["jit"].append(run("jit", dict(base, FASTMACE_OEQ_PREBUILT="0", MAX_JOBS=str(os.cpu_count()),
+                                       TORCH_EXTENSIONS_DIR=str(tmp / "ext-jit"))))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    pins = P.load()
+    cache = build.default_cache()
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory(prefix="oeq-bench-") as t:
+        tmp = Path(t)
+        # Warm pins cache: everything downloaded and unpacked once.
+        fetch.ensure(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]), cache)
+        c = isolated_cache(cache, tmp)
+        out = tmp / "wheels"
+        t0 = time.monotonic()
+        got, failures = build.run(out, None, cache=c)
+        t_build = time.monotonic() - t0
+        assert not failures, failures
+        (tmp / "floor").mkdir()
+        t_floor = floor_seconds(pins, cache, tmp / "floor")
+        t0 = time.monotonic()
+        build.run(out, None, cache=c)
+        t_rebuild = time.monotonic() - t0
+        prof = {r["wheel"].split("-")[2]: r["timings"] for r in got}
+        sizes = {r["wheel"]: r["size"] for r in got}
+        venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-cp311"
+        if not (venv / ".complete").exists():
+            subprocess.run([pythons.find("3.11").executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", f"torch=={pins.matrix.torch_version}"], check=True)
+            (venv / ".complete").touch()
+        cp311 = next(out.glob("*cp311*.whl"))
+        cold = cold_start(venv, cp311, cache, tmp, args.repeat)
+        dl_bytes = sum((cache / "downloads" / i.file).stat().st_size for i in pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]))
+        extract_bytes = du((cache / "extract").resolve())
+        objects_bytes = du(c / "objects")
+    med = statistics.median
+    pre, tor, jit = med(cold["prebuilt"]), med(cold["torch"]), med(cold["jit"])
+    ratio_build = t_build / t_floor
+    mark = lambda ok: "met" if ok else "MISSED"
+    lines = [
+        f"# Benchmarks", "",
+        f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"{cc.Toolchain.detect().version}, matrix {pins.matrix.name} (torch {pins.matrix.torch_version}), "
+        f"`PYTHONPATH=. python bench/run.py`. Cold starts: median of {args.repeat} fresh processes (JIT: once), "
+        "CPU only with a stub libcuda.so.1.", "",
+        "| # | what | measured | target | |", "|---|---|---|---|---|",
+        f"| 1 | 4-wheel build, pins cache warm, no objects | {t_build:.1f} s | ≤ 1.3 × floor | {mark(ratio_build <= 1.3)} |",
+        f"| 1 | floor: bare g++ on the same 5 translation units, {os.cpu_count()} at a time | {t_floor:.1f} s | | |",
+        f"| 1 | ratio build / floor | {ratio_build:.2f} | ≤ 1.3 | {mark(ratio_build <= 1.3)} |",
+        f"| 2 | no-change rebuild | {t_rebuild:.1f} s | ≤ 10 s | {mark(t_rebuild <= 10)} |",
+        f"| 3 | fresh process: import torch | {tor:.2f} s | | |",
+        f"| 3 | fresh process: activate + import openequivariance, prebuilt | {pre:.2f} s | ≤ torch + 0.4 s | {mark(pre - tor <= 0.4)} |",
+        f"| 3 | prebuilt over bare torch | {pre - tor:+.2f} s | ≤ 0.4 s | {mark(pre - tor <= 0.4)} |",
+        f"| 3 | fresh process: OEq JIT build (toolkit-less fallback, empty cache) | {jit:.1f} s | | |",
+        f"| 3 | JIT / prebuilt, whole process | {jit / pre:.0f}× | ≥ 100× | {mark(jit / pre >= 100)} |",
+        f"| 3 | JIT / prebuilt, extension part only (time over bare torch) | {(jit - tor) / max(pre - tor, 1e-3):.0f}× | ≥ 100× | {mark((jit - tor) / max(pre - tor, 1e-3) >= 100)} |",
+    ]
+    for w, s in sorted(sizes.items()):
+        lines.append(f"| 4 | {w} | {s / 1024:.0f} KiB | ≤ 300 KB | {mark(s <= 300_000)} |")
+    lines += [f"| 4 | downloads for one 4-wheel build (pinned inputs) | {dl_bytes / 2**20:.0f} MiB | | |",
+              f"| 4 | disk: unpacked inputs (shared libtorch blobs) | {extract_bytes / 2**20:.0f} MiB | | |",
+              f"| 4 | disk: object cache | {objects_bytes / 2**20:.1f} MiB | | |", "",
+              "Where the build's time goes (seconds per stage, per Python; stages of different Pythons overlap):", "",
+              "| python | " + " | ".join(next(iter(prof.values())).keys()) + " |",
+              "|---|" + "---|" * len(next(iter(prof.values()))),
+              *[f"| {k} | " + " | ".join(str(x) for x in v.values()) + " |" for k, v in sorted(prof.items())]]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
