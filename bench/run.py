@@ -117,12 +117,18 @@ def cold_start(venv: Path, wheel: Path, cache: Path, tmp: Path, repeat: int) -> 
     stub_dir = stub.make_stub(stub.undefined_driver_symbols([site / "libtorch_tp_jit.so"], dynamic=True), tmp / "stub").parent
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
     base.update(LD_LIBRARY_PATH=str(stub_dir), OEQ_CUDA_DRIVER_DIR=str(stub_dir))
+    sentinels = tmp / "sentinels"  # the prebuilt runs must not be able to compile anything
+    sentinels.mkdir()
+    for tool in ("g++", "c++", "ninja", "nvcc"):
+        (sentinels / tool).write_text("#!/bin/sh\nexit 1\n")
+        (sentinels / tool).chmod(0o755)
+    no_compilers = f"{sentinels}{os.pathsep}{base['PATH']}"
     run = lambda mode, env: float(subprocess.run([py, "-W", "ignore", "-c", COLD, mode], env=env, capture_output=True,
                                                   text=True, check=True).stdout.strip().splitlines()[-1])
     out = {"torch": [], "prebuilt": [], "jit": []}
     for i in range(repeat):
         out["torch"].append(run("torch", base))
-        out["prebuilt"].append(run("prebuilt", dict(base, FASTMACE_OEQ_PREBUILT="1",
+        out["prebuilt"].append(run("prebuilt", dict(base, FASTMACE_OEQ_PREBUILT="1", PATH=no_compilers,
                                                       TORCH_EXTENSIONS_DIR=str(tmp / "ext-pre"))))
     out["jit"].append(run("jit", dict(base, FASTMACE_OEQ_PREBUILT="0", MAX_JOBS=str(os.cpu_count()),
                                        TORCH_EXTENSIONS_DIR=str(tmp / "ext-jit"))))
@@ -173,7 +179,7 @@ def main() -> int:
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
         f"{cc.Toolchain.detect().version}, matrix {pins.matrix.name} (torch {pins.matrix.torch_version}), "
         f"`PYTHONPATH=. python bench/run.py`. Cold starts: median of {args.repeat} fresh processes (JIT: once), "
-        "CPU only with a stub libcuda.so.1.", "",
+        "CPU only with a stub libcuda.so.1; prebuilt runs with g++/c++/ninja/nvcc replaced by failing sentinels.", "",
         "| # | what | measured | target | |", "|---|---|---|---|---|",
         f"| 1 | 4-wheel build, pins cache warm, no objects | {t_build:.1f} s | ≤ 1.3 × floor | {mark(ratio_build <= 1.3)} |",
         f"| 1 | floor: bare g++ on the same 5 translation units, {os.cpu_count()} at a time | {t_floor:.1f} s | | |",
