@@ -39,6 +39,17 @@ def du(path: Path) -> int:
     return int(r.stdout.split()[0]) if r.returncode == 0 else 0
 
 
+def du_trees(pins, cache: Path) -> int:
+    """Bytes of the unpacked inputs this matrix uses; hard-linked libtorch blobs count once."""
+    trees = [inputs.torch_tree(cache / "downloads" / pins.matrix.torch_wheel(P.cp_tag(v)).file,
+                               pins.matrix.torch_wheel(P.cp_tag(v)), cache) for v in pins.matrix.pythons]
+    trees.append(inputs.cuda_tree([(n, cache / "downloads" / n.file) for n in pins.matrix.nvidia], cache))
+    trees.append(inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache))
+    trees.append(inputs.pybind11_include(cache / "downloads" / pins.pybind11.file, pins.pybind11, cache))
+    r = subprocess.run(["du", "-scb", *map(str, trees)], capture_output=True, text=True)
+    return int(r.stdout.splitlines()[-1].split()[0])
+
+
 def isolated_cache(cache: Path, tmp: Path) -> Path:
     """A cache sharing downloads and unpacked inputs, with an empty object cache."""
     root = tmp / "cache"
@@ -90,15 +101,15 @@ COLD = r"""
 import os, sys, time
 t0 = time.perf_counter()
 mode = sys.argv[1]
+import torch
+t_torch = time.perf_counter() - t0
 if mode != "torch":
     import fastmace_oeq_ext
     fastmace_oeq_ext.activate()
-import torch
-if mode != "torch":
     import openequivariance
     from openequivariance._torch import extlib
     assert extlib.BUILT_EXTENSION, extlib.BUILT_EXTENSION_ERROR
-print(time.perf_counter() - t0)
+print(t_torch, time.perf_counter() - t0)
 """
 
 
@@ -123,8 +134,11 @@ def cold_start(venv: Path, wheel: Path, cache: Path, tmp: Path, repeat: int) -> 
         (sentinels / tool).write_text("#!/bin/sh\nexit 1\n")
         (sentinels / tool).chmod(0o755)
     no_compilers = f"{sentinels}{os.pathsep}{base['PATH']}"
-    run = lambda mode, env: float(subprocess.run([py, "-W", "ignore", "-c", COLD, mode], env=env, capture_output=True,
-                                                  text=True, check=True).stdout.strip().splitlines()[-1])
+    # Each run prints (seconds to import torch, seconds until OEq's extension is usable),
+    # so the extension's share is measured inside one process, free of torch's import jitter.
+    run = lambda mode, env: tuple(map(float, subprocess.run([py, "-W", "ignore", "-c", COLD, mode], env=env,
+                                                             capture_output=True, text=True, check=True)
+                                      .stdout.strip().splitlines()[-1].split()))
     out = {"torch": [], "prebuilt": [], "jit": []}
     for i in range(repeat):
         out["torch"].append(run("torch", base))
@@ -138,7 +152,7 @@ def cold_start(venv: Path, wheel: Path, cache: Path, tmp: Path, repeat: int) -> 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     pins = P.load()
     cache = build.default_cache()
@@ -168,10 +182,14 @@ def main() -> int:
         cp311 = next(out.glob("*cp311*.whl"))
         cold = cold_start(venv, cp311, cache, tmp, args.repeat)
         dl_bytes = sum((cache / "downloads" / i.file).stat().st_size for i in pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]))
-        extract_bytes = du((cache / "extract").resolve())
+        extract_bytes = du_trees(pins, cache)
         objects_bytes = du(c / "objects")
     med = statistics.median
-    pre, tor, jit = med(cold["prebuilt"]), med(cold["torch"]), med(cold["jit"])
+    tor = med(t for _, t in cold["torch"])
+    pre = med(t for _, t in cold["prebuilt"])
+    jit = med(t for _, t in cold["jit"])
+    pre_ext = med(t - a for a, t in cold["prebuilt"])  # after torch is imported, same process
+    jit_ext = med(t - a for a, t in cold["jit"])
     ratio_build = t_build / t_floor
     mark = lambda ok: "met" if ok else "MISSED"
     lines = [
@@ -186,11 +204,11 @@ def main() -> int:
         f"| 1 | ratio build / floor | {ratio_build:.2f} | ≤ 1.3 | {mark(ratio_build <= 1.3)} |",
         f"| 2 | no-change rebuild | {t_rebuild:.1f} s | ≤ 10 s | {mark(t_rebuild <= 10)} |",
         f"| 3 | fresh process: import torch | {tor:.2f} s | | |",
-        f"| 3 | fresh process: activate + import openequivariance, prebuilt | {pre:.2f} s | ≤ torch + 0.4 s | {mark(pre - tor <= 0.4)} |",
-        f"| 3 | prebuilt over bare torch | {pre - tor:+.2f} s | ≤ 0.4 s | {mark(pre - tor <= 0.4)} |",
+        f"| 3 | fresh process: import torch, activate, import openequivariance (prebuilt) | {pre:.2f} s | | |",
+        f"| 3 | prebuilt over bare torch (activate + import openequivariance, after torch) | {pre_ext:+.2f} s | ≤ 0.4 s | {mark(pre_ext <= 0.4)} |",
         f"| 3 | fresh process: OEq JIT build (toolkit-less fallback, empty cache) | {jit:.1f} s | | |",
         f"| 3 | JIT / prebuilt, whole process | {jit / pre:.0f}× | ≥ 100× | {mark(jit / pre >= 100)} |",
-        f"| 3 | JIT / prebuilt, extension part only (time over bare torch) | {(jit - tor) / max(pre - tor, 1e-3):.0f}× | ≥ 100× | {mark((jit - tor) / max(pre - tor, 1e-3) >= 100)} |",
+        f"| 3 | JIT / prebuilt, extension part (time after torch is imported) | {jit_ext / pre_ext:.0f}× | ≥ 100× | {mark(jit_ext / pre_ext >= 100)} |",
     ]
     for w, s in sorted(sizes.items()):
         lines.append(f"| 4 | {w} | {s / 1024:.0f} KiB | ≤ 300 KB | {mark(s <= 300_000)} |")
@@ -201,6 +219,18 @@ def main() -> int:
               "| python | " + " | ".join(next(iter(prof.values())).keys()) + " |",
               "|---|" + "---|" * len(next(iter(prof.values()))),
               *[f"| {k} | " + " | ".join(str(x) for x in v.values()) + " |" for k, v in sorted(prof.items())]]
+    if jit / pre < 100:
+        lines += ["", f"Target 3 (≥ 100×) counted over the whole process misses by {100 / (jit / pre):.1f}×: both numbers "
+                  f"include torch's own import ({tor:.2f} s), which no package can remove, and a JIT build of "
+                  f"{jit:.0f} s would have to take {100 * pre:.0f} s for the ratio to reach 100. The part this package "
+                  f"replaces, the extension becoming usable after torch is imported, is {jit_ext / pre_ext:.0f}× "
+                  f"faster ({pre_ext:.2f} s against {jit_ext:.1f} s); most of those {pre_ext:.2f} s are OEq's own "
+                  "Python import and torch.utils.cpp_extension, which OEq loads either way."]
+    lines += ["", "The build's floor runs the compiler alone on the translation units the release needs (json11 "
+              "includes only the C++ standard library, so one object serves all four Pythons); the build adds "
+              "downloads-check, unpack, link, auditwheel, packing, twine check and verification, and its four "
+              "Pythons overlap on the two cores. Downloads are what one build fetches into an empty cache; "
+              "a no-change rebuild fetches and compiles nothing."]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
