@@ -31,7 +31,10 @@ def seeded_env(root: Path, cache: Path, work_volume: str) -> dict:
     dl.mkdir(parents=True, exist_ok=True)
     for f in (cache / "downloads").iterdir():
         if f.is_file() and not f.name.endswith(".verified") and not (dl / f.name).exists():
-            os.link(f, dl / f.name)
+            try:
+                os.link(f, dl / f.name)
+            except OSError:  # another filesystem
+                shutil.copy2(f, dl / f.name)
     return dict(os.environ, DOCKER=STANDIN, STANDIN_ROOT=str(root), OEQ_WHEELS_WORK_VOLUME=work_volume)
 
 
