@@ -15,11 +15,8 @@ Prints a markdown table and writes it to --out. Measures, on this machine:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,8 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from oeq_wheels import build, compile as cc, fetch, inputs, oeqpy, pins as P, pythons, stub  # noqa: E402
-from oeq_wheels.cudaflags import wheel_build_flags  # noqa: E402
+from oeq_wheels import build, compile as cc, fetch, inputs, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
 
 
 def du(path: Path) -> int:
@@ -63,19 +59,18 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
     """The bare compiler on the same translation units, with the pipeline's own flags."""
     tool = cc.Toolchain.detect()
     oeq = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache).resolve()
-    ext = oeq / "openequivariance" / "extension"
     cuda_root = inputs.cuda_tree([(n, cache / "downloads" / n.file) for n in pins.matrix.nvidia], cache).resolve()
     pyb = inputs.pybind11_include(cache / "downloads" / pins.pybind11.file, pins.pybind11, cache).resolve()
-    cuda = wheel_build_flags(cuda_root, require_driver=False)
     cmds = []
     for v in pins.matrix.pythons:
         interp = pythons.find(v)
         pin = pins.matrix.torch_wheel(interp.cp_tag)
         troot = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache).resolve()
-        ctx = cc.CompileContext(ext, troot, cuda.include_dirs, pyb, os.path.realpath(interp.include),
-                                pins.oeq_extension_name, cc.torch_cxx_std(troot), cc.torch_cxx11_abi(troot), True)
-        cmds.append([tool.cxx, "-c", str(ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"), *ctx.flags()])
-    cmds.append([tool.cxx, "-c", str(ext / "json11" / "json11.cpp"), "-o", str(tmp / "json11.o"), *ctx.flags()])
+        ctx, shared = build.compile_contexts(pins, interp, troot, oeq, cuda_root, pyb)
+        cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"),
+                     *ctx.flags()])
+    cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "json11" / "json11.cpp"), "-o", str(tmp / "json11.o"),
+                 *shared.flags()])
     jobs = os.cpu_count() or 1
     t0 = time.monotonic()
     running: list[subprocess.Popen] = []
@@ -86,14 +81,6 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
     for p in running:
         if p.wait() != 0:
             raise RuntimeError("floor compile failed")
-    return time.monotonic() - t0
-
-
-def timed(cmd, env=None) -> float:
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {r.stderr[-2000:]}")
     return time.monotonic() - t0
 
 
@@ -116,24 +103,17 @@ print(t_torch, time.perf_counter() - t0)
 def cold_start(venv: Path, wheel: Path, cache: Path, tmp: Path, repeat: int) -> dict:
     py = str(venv / "bin" / "python")
     pins = P.load()
-    oeq_whl = oeqpy.build(pins, tmp / "oeq", cache)
+    # The JIT run uses the toolkit-less fallback, which needs the crt and cccl header wheels.
     hdrs = [n for n in pins.matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
     files = fetch.ensure(hdrs, cache)
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", "pybind11==3.1.0"], check=True)
-    subprocess.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), str(wheel), *[str(files[h.file]) for h in hdrs]],
-                   check=True)
+    venvs.install_oeq_stack(venv, pins, cache, [wheel, *(files[h.file] for h in hdrs)], tmp / "oeq")
     site = Path(subprocess.run([py, "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    stub_dir = stub.make_stub(stub.undefined_driver_symbols([site / "libtorch_tp_jit.so"], dynamic=True), tmp / "stub").parent
+    stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", tmp / "stub").parent
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
     base.update(LD_LIBRARY_PATH=str(stub_dir), OEQ_CUDA_DRIVER_DIR=str(stub_dir))
-    sentinels = tmp / "sentinels"  # the prebuilt runs must not be able to compile anything
-    sentinels.mkdir()
-    for tool in ("g++", "c++", "ninja", "nvcc"):
-        (sentinels / tool).write_text("#!/bin/sh\nexit 1\n")
-        (sentinels / tool).chmod(0o755)
-    no_compilers = f"{sentinels}{os.pathsep}{base['PATH']}"
+    # The prebuilt runs must not be able to compile anything.
+    no_compilers = f"{sentinels.make(tmp / 'sentinels', tmp / 'sentinel.log')}{os.pathsep}{base['PATH']}"
     # Each run prints (seconds to import torch, seconds until OEq's extension is usable),
     # so the extension's share is measured inside one process, free of torch's import jitter.
     run = lambda mode, env: tuple(map(float, subprocess.run([py, "-W", "ignore", "-c", COLD, mode], env=env,
@@ -156,7 +136,6 @@ def main() -> int:
     args = ap.parse_args()
     pins = P.load()
     cache = build.default_cache()
-    rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix="oeq-bench-") as t:
         tmp = Path(t)
         # Warm pins cache: everything downloaded and unpacked once.
@@ -174,11 +153,7 @@ def main() -> int:
         t_rebuild = time.monotonic() - t0
         prof = {r["wheel"].split("-")[2]: r["timings"] for r in got}
         sizes = {r["wheel"]: r["size"] for r in got}
-        venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-cp311"
-        if not (venv / ".complete").exists():
-            subprocess.run([pythons.find("3.11").executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", f"torch=={pins.matrix.torch_version}"], check=True)
-            (venv / ".complete").touch()
+        venv = venvs.torch_venv(pins, cache)
         cp311 = next(out.glob("*cp311*.whl"))
         cold = cold_start(venv, cp311, cache, tmp, args.repeat)
         dl_bytes = sum((cache / "downloads" / i.file).stat().st_size for i in pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]))
@@ -193,7 +168,7 @@ def main() -> int:
     ratio_build = t_build / t_floor
     mark = lambda ok: "met" if ok else "MISSED"
     lines = [
-        f"# Benchmarks", "",
+        "# Benchmarks", "",
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
         f"{cc.Toolchain.detect().version}, matrix {pins.matrix.name} (torch {pins.matrix.torch_version}), "
         f"`PYTHONPATH=. python bench/run.py`. Cold starts: median of {args.repeat} fresh processes (JIT: once), "

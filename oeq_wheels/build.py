@@ -1,7 +1,6 @@
 """The host build: inputs -> objects -> library -> audited, verified wheel in OUTDIR, per Python."""
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -54,8 +53,29 @@ class Shared:
     forbidden: list[str] = field(default_factory=list)
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: Path, oeq_root: Path,
+                     cuda_root: Path, pybind11_include: Path) -> tuple[cc.CompileContext, cc.CompileContext]:
+    """The compiler context for libtorch_tp_jit.cpp (one Python) and for json11.cpp (every Python).
+
+    All paths must be resolved: the compiler records real paths, which -ffile-prefix-map must match.
+    """
+    cuda = wheel_build_flags(cuda_root, require_driver=False)  # includes only; the link adds the driver
+    if cuda is None:
+        raise BuildError(f"the NVIDIA wheels in {cuda_root} lack a header or library")
+    ext = oeq_root / "openequivariance" / "extension"
+    python_include = os.path.realpath(interp.include)
+    common_map = {str(ext): "openequivariance/extension", str(cc.SHIM_DIR): "oeq-wheels-shim"}
+    prefix_map = {**common_map, str(torch_root): f"torch-{p.matrix.torch_version}", str(cuda_root): "nvidia",
+                  str(pybind11_include): "pybind11/include", python_include: f"python{interp.version}"}
+    glibc_shim = verify.manylinux_version(p.platform_tag) < (2, 32)
+    ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, pybind11_include, python_include,
+                            p.oeq_extension_name, cc.torch_cxx_std(torch_root), cc.torch_cxx11_abi(torch_root),
+                            glibc_shim, prefix_map)
+    # json11 includes only the C++ standard library, so the torch, CUDA and Python
+    # include directories cannot change its object: without them one object serves every Python.
+    shared = cc.CompileContext(**{**ctx.__dict__, "python_include": None, "torch_root": None,
+                                  "cuda_includes": [], "prefix_map": common_map})
+    return ctx, shared
 
 
 def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
@@ -72,23 +92,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             if tv["__version__"] != expect or tv["cuda"] != p.matrix.cuda:
                 raise BuildError(f"torch wheel names itself {tv['__version__']} (CUDA {tv['cuda']}), "
                                  f"pins say {expect} (CUDA {p.matrix.cuda})")
-            cxx_std, abi = cc.torch_cxx_std(torch_root), cc.torch_cxx11_abi(torch_root)
-        cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"), require_driver=False)
-        if cuda is None:
-            raise BuildError(f"the NVIDIA wheels in {sh.cuda_root} lack a header or library")
-        ext = sh.oeq_root / "openequivariance" / "extension"
-        prefix_map = {str(torch_root): f"torch-{p.matrix.torch_version}", str(sh.cuda_root): "nvidia",
-                      str(sh.pybind11_include): "pybind11/include", str(ext): "openequivariance/extension",
-                      os.path.realpath(interp.include): f"python{interp.version}", str(cc.SHIM_DIR): "oeq-wheels-shim"}
-        glibc_shim = verify.manylinux_version(p.platform_tag) < (2, 32)
-        ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, sh.pybind11_include,
-                                os.path.realpath(interp.include),
-                                p.oeq_extension_name, cxx_std, abi, glibc_shim, prefix_map)
-        # json11 includes only the C++ standard library, so the torch, CUDA and Python
-        # include directories cannot change its object: without them one object serves every Python.
-        ctx_shared = cc.CompileContext(**{**ctx.__dict__, "python_include": None, "torch_root": None,
-                                          "cuda_includes": [], "prefix_map": {
-                                              str(ext): "openequivariance/extension", str(cc.SHIM_DIR): "oeq-wheels-shim"}})
+            ctx, ctx_shared = compile_contexts(p, interp, torch_root, sh.oeq_root, sh.cuda_root, sh.pybind11_include)
+        ext = ctx.oeq_ext
         with Stage(tag, "compile", timings) as st:
             jobs = [(ext / src, (ctx if src == "libtorch_tp_jit.cpp" else ctx_shared).flags())
                     for src in p.oeq_sources]
@@ -101,8 +106,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"))
             lib = link.link(objs, tmp / f"{p.oeq_extension_name}.so", torch_root / "torch" / "lib", cuda,
                             sh.toolchain.cxx, sh.toolchain.strip)
-        manifest = make_manifest(sh, interp, torch_pin, tv, cxx_std, abi, lib, ctx)
-        compiler_text = (f"{sh.toolchain.version}\nC++ standard: {cxx_std}\n_GLIBCXX_USE_CXX11_ABI={abi}\n"
+        manifest = make_manifest(sh, interp, torch_pin, tv, lib, ctx)
+        compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
                          f"flags: {' '.join(ctx.normalized(ctx.flags()))}\n")
         lic = ext.parent.parent / "LICENSE"
         with Stage(tag, "audit", timings) as st:
@@ -132,7 +137,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
                 raise BuildError("verification failed: " + "; ".join(verdict.problems))
             st.note = "ELF, RECORD, auditwheel, twine check, licence"
         dest = outdir / whl.name
-        if dest.exists() and _sha(dest) != verdict.facts["sha256"]:
+        if dest.exists() and fetch.sha256_file(dest) != verdict.facts["sha256"]:
             if not force:
                 raise BuildError(f"{dest} already exists with different content; a released file name "
                                  "can never be re-uploaded, so bump the .postN version in oeq_wheels/pins.toml "
@@ -143,7 +148,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
                 "sha256": verdict.facts["sha256"], "timings": timings, "python": interp.full_version}
 
 
-def make_manifest(sh: Shared, interp, torch_pin, tv, cxx_std, abi, lib: Path, ctx) -> dict:
+def make_manifest(sh: Shared, interp, torch_pin, tv, lib: Path, ctx: cc.CompileContext) -> dict:
     p = sh.pins
     entry = lambda pin: {"name": pin.name, "version": pin.version, "file": pin.file, "sha256": pin.sha256}
     return {
@@ -151,14 +156,14 @@ def make_manifest(sh: Shared, interp, torch_pin, tv, cxx_std, abi, lib: Path, ct
         "package": {"name": p.package_name, "version": p.version},
         "openequivariance": {"version": p.oeq.version, "sdist": p.oeq.file, "sha256": p.oeq.sha256},
         "torch": {"version": p.matrix.torch_version, "local": p.matrix.torch_local, "cuda": p.matrix.cuda,
-                  "cxx11_abi": abi, "git_version": tv["git_version"], "wheel": torch_pin.file,
+                  "cxx11_abi": ctx.cxx11_abi, "git_version": tv["git_version"], "wheel": torch_pin.file,
                   "sha256": torch_pin.sha256},
         "python": {"tag": interp.cp_tag, "version": interp.version, "built_with": interp.full_version},
         "platform": {"system": "Linux", "machine": "x86_64", "tag": None},
-        "library": {"file": lib.name, "sha256": _sha(lib), "extension_name": p.oeq_extension_name},
+        "library": {"file": lib.name, "sha256": fetch.sha256_file(lib), "extension_name": p.oeq_extension_name},
         "cuda_wheels": [entry(n) for n in p.matrix.nvidia],
         "pybind11": entry(p.pybind11),
-        "compiler": {"version": sh.toolchain.version, "cxx_std": cxx_std,
+        "compiler": {"version": sh.toolchain.version, "cxx_std": ctx.cxx_std,
                      "flags": ctx.normalized(ctx.flags())},
         "matrix": p.matrix.name,
     }
@@ -186,8 +191,8 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
         pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain,
                 cc.ObjectCache(cache / "objects", toolchain, jobs),
-                forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()), tempfile.gettempdir() + "/",
-                                  str(Path.home()), "/root/", "/home/"}))
+                forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
+                                  *verify.default_forbidden_paths()}))
     rows, failures = [], {}
     with ThreadPoolExecutor(len(wanted)) as pool:
         futs = {pool.submit(build_one, sh, interps[v], outdir, force): v for v in wanted}

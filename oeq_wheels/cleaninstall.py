@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import oeqpy, pins as pins_mod, pythons, stub
+from . import oeqpy, pins as pins_mod, pythons, sentinels, stub
 
 SMOKE = r"""
 import json, sys
@@ -120,8 +120,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
         env = _sentinel_env(work, log, venv)
         gpu = shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
         if not gpu:
-            stub_dir = stub.make_stub(stub.undefined_driver_symbols([site / "libtorch_tp_jit.so"], dynamic=True),
-                                      work / "libcuda-stub").parent
+            stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", work / "libcuda-stub").parent
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
             say("no GPU here: a stub libcuda.so.1 stands in for the driver")
         doc = subprocess.run([str(vpy), "-m", "fastmace_oeq_ext"], capture_output=True, text=True, env=env, cwd=work)
@@ -158,11 +157,7 @@ def _pip(cmd: list[str], env: dict | None = None) -> None:
 
 
 def _sentinel_env(work: Path, log: Path, venv: Path) -> dict:
-    d = work / "sentinels"
-    d.mkdir()
-    for tool in ("g++", "c++", "ninja", "nvcc"):
-        (d / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\necho "sentinel: {tool} must not run" >&2\nexit 1\n')
-        (d / tool).chmod(0o755)
+    d = sentinels.make(work / "sentinels", log)
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
     env.update(PATH=f"{d}{os.pathsep}{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", FASTMACE_OEQ_PREBUILT="1",
                TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"))

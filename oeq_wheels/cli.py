@@ -100,8 +100,8 @@ def _dispatch(args) -> int:
         print(build(load(), args.outdir, default_cache()))
         return 0
     if args.cmd == "stub":
-        from .stub import make_stub, undefined_driver_symbols
-        print(make_stub(undefined_driver_symbols([args.library], dynamic=True), args.outdir))
+        from .stub import stub_for_library
+        print(stub_for_library(args.library, args.outdir))
         return 0
     if args.cmd == "clean-install":
         from .build import default_cache

@@ -7,6 +7,7 @@ directory, then rename), so concurrent or interrupted runs never see half a tree
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tarfile
@@ -96,8 +97,6 @@ def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
     Only headers and the libraries pinned for linking are taken (cublasLt, cusolver
     and cusparse libraries are large and not linked).
     """
-    import hashlib
-
     key = hashlib.sha256("".join(p.sha256 for p, _ in wheels).encode()).hexdigest()[:16]
 
     def fill(tmp: Path) -> None:

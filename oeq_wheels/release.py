@@ -1,7 +1,6 @@
 """Release steps over a directory of built wheels: SHA256SUMS, a PEP 503 index, the publish gate."""
 from __future__ import annotations
 
-import hashlib
 import html
 import os
 import subprocess
@@ -11,14 +10,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from . import pins as pins_mod, verify
+from .fetch import sha256_file
 
 
 class ReleaseError(RuntimeError):
     pass
-
-
-def _sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def wheels_of(outdir: Path, pins: pins_mod.Pins) -> list[Path]:
@@ -30,7 +26,7 @@ def write_sha256sums(wheels: list[Path], outdir: Path) -> Path:
     """`sha256sum -c SHA256SUMS` checks a download against these lines."""
     path = outdir / "SHA256SUMS"
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text("".join(f"{_sha(w)}  {w.name}\n" for w in wheels))
+    tmp.write_text("".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels))
     os.replace(tmp, path)
     return path
 
@@ -43,7 +39,7 @@ def write_index(outdir: Path, pins: pins_mod.Pins) -> Path:
     project = canonicalize_name(pins.package_name)
     simple = outdir / "simple"
     (simple / project).mkdir(parents=True, exist_ok=True)
-    links = "".join(f'    <a href="../../{html.escape(w.name)}#sha256={_sha(w)}" '
+    links = "".join(f'    <a href="../../{html.escape(w.name)}#sha256={sha256_file(w)}" '
                     f'data-requires-python="{html.escape(_requires_python(w))}">{html.escape(w.name)}</a><br/>\n'
                     for w in wheels)
     (simple / project / "index.html").write_text(

@@ -86,7 +86,7 @@ def choose_tag(target: str, proven: str) -> str:
 
 def elf_facts(data: bytes) -> dict:
     elf = ELFFile(io.BytesIO(data))
-    needed, runpath, rpath, soname = [], None, None, None
+    needed, runpath, rpath = [], None, None
     for sec in elf.iter_sections():
         if isinstance(sec, DynamicSection):
             for tag in sec.iter_tags():

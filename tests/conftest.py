@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,18 +50,8 @@ def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
 @pytest.fixture(scope="session")
 def torch_venv(cache) -> Path:
     """A venv with torch 2.14.1 (CUDA 13.0 build) for CPython 3.11; made once, kept in the cache."""
-    pins = pins_mod.load()
-    from oeq_wheels import pythons
-    interp = pythons.find("3.11")
-    venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-cp311"
-    py = venv / "bin" / "python"
-    if not (venv / ".complete").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([interp.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"torch=={pins.matrix.torch_version}"], check=True)
-        (venv / ".complete").touch()
-    return venv
+    from oeq_wheels import venvs
+    return venvs.torch_venv(pins_mod.load(), cache)
 
 
 @pytest.fixture(scope="session")
@@ -73,31 +62,20 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
     with zipfile.ZipFile(cp311_wheel) as zf:
         lib = d / "lib.so"
         lib.write_bytes(zf.read("fastmace_oeq_ext/libtorch_tp_jit.so"))
-    stub.make_stub(stub.undefined_driver_symbols([lib], dynamic=True), d / "lib")
-    return d / "lib"
+    return stub.stub_for_library(lib, d / "lib").parent
 
 
 @pytest.fixture(scope="session")
 def oeq_venv(torch_venv, cp311_wheel, tmp_path_factory, cache) -> Path:
     """torch_venv plus OpenEquivariance 0.7.0's Python package and the cp311 wheel."""
-    from oeq_wheels import oeqpy
-    py = str(torch_venv / "bin" / "python")
-    out = tmp_path_factory.mktemp("oeqwheel")
-    oeq_whl = oeqpy.build(pins_mod.load(), out, cache)
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # OEq 0.7.0's own dependencies; its wheel and ours go in without resolving (torch is there).
-    subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", "pybind11==3.1.0"], check=True)
-    subprocess.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), str(cp311_wheel)], check=True)
+    from oeq_wheels import venvs
+    venvs.install_oeq_stack(torch_venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
     return torch_venv
 
 
 @pytest.fixture
 def sentinels(tmp_path) -> tuple[Path, Path]:
     """A bin directory whose g++, c++, ninja and nvcc log their call and fail; and the log."""
-    d, log = tmp_path / "sentinel-bin", tmp_path / "sentinel.log"
-    d.mkdir()
-    for tool in ("g++", "c++", "ninja", "nvcc"):
-        p = d / tool
-        p.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\necho "sentinel: {tool} must not run" >&2\nexit 1\n')
-        p.chmod(0o755)
-    return d, log
+    from oeq_wheels import sentinels as s
+    log = tmp_path / "sentinel.log"
+    return s.make(tmp_path / "sentinel-bin", log), log

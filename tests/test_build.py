@@ -2,9 +2,7 @@
 import hashlib
 import json
 import os
-import stat
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 

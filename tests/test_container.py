@@ -17,11 +17,10 @@ STANDIN = str(REPO / "tests/docker_standin/docker")
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory, cache):
+def standin(tmp_path_factory):
     if not shutil.which("bwrap"):
         pytest.fail("bubblewrap is needed for the container tests: apt-get install bubblewrap")
-    root = tmp_path_factory.mktemp("standin")
-    return root
+    return tmp_path_factory.mktemp("standin")
 
 
 def seeded_env(root: Path, cache: Path, work_volume: str) -> dict:

@@ -3,7 +3,6 @@ import hashlib
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -3,9 +3,7 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -71,11 +69,10 @@ def test_stale_lock_does_not_delay(oeq_venv, libcuda_stub, sentinels, tmp_path):
 
 
 def test_two_processes_at_once(oeq_venv, libcuda_stub, sentinels, tmp_path):
-    from test_runtime_oeq import PROBE as code
     env = dict(os.environ, LD_LIBRARY_PATH=str(libcuda_stub), FASTMACE_OEQ_PREBUILT="1",
                TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"),
                PATH=f"{sentinels[0]}{os.pathsep}{oeq_venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    procs = [subprocess.Popen([str(oeq_venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
+    procs = [subprocess.Popen([str(oeq_venv / "bin" / "python"), "-W", "ignore", "-c", PROBE], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for _ in range(2)]
     outs = [p.communicate(timeout=180) for p in procs]
@@ -136,11 +133,9 @@ def test_oeq_own_precompiled_extension_is_left_alone(oeq_venv, tmp_path):
 def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, tmp_path):
     """Stock OEq 0.7.0 cannot build here (torch guesses a CUDA_HOME without headers); with the
     NVIDIA-wheel fallback it builds and loads, nvcc hidden behind a failing sentinel."""
-    sbin = tmp_path / "nvcc-only"
-    sbin.mkdir()
+    from oeq_wheels import sentinels
     log = tmp_path / "nvcc.log"
-    (sbin / "nvcc").write_text(f'#!/bin/sh\necho "nvcc $*" >> "{log}"\nexit 1\n')
-    (sbin / "nvcc").chmod(0o755)
+    sbin = sentinels.make(tmp_path / "nvcc-only", log, tools=("nvcc",))
     base = {"LD_LIBRARY_PATH": str(libcuda_stub), "FASTMACE_OEQ_PREBUILT": "0", "MAX_JOBS": "2"}
     stock = probe(oeq_venv, {**base, "OEQ_CUDA_FROM_WHEELS": "0", "TORCH_EXTENSIONS_DIR": str(tmp_path / "stock")},
                   tmp_path, sbin, timeout=600)
@@ -175,9 +170,6 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     again = probe(oeq_venv, env, tmp_path, sbin, timeout=600)
     assert again["built"] is True and again["status"]["state"] == "reused"
     assert time.monotonic() - t0 < 60
-
-
-DOCTOR = [sys.executable]  # replaced per test by the venv's python
 
 
 def doctor(venv, env_extra, path=None):

@@ -1,5 +1,4 @@
 """The CI workflows pass actionlint and zizmor (both from PyPI); the checks do catch bad workflows."""
-import shutil
 import subprocess
 import sys
 from pathlib import Path

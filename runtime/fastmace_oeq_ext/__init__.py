@@ -311,17 +311,27 @@ def _install_prebuilt(ce, path):
             return _import_prebuilt(path)  # nothing compiled, no build directory, no lock
         return wrapped
 
-    def build_dir(orig):
-        # OEq waits while <build dir>/lock exists (a killed JIT build leaves one for
-        # 5 minutes) and torch creates that directory; the prebuilt needs neither.
+    _HOOKS.patch("load", load)
+    # load() above never reaches torch, so every build-directory question is OEq's lock check.
+    _HOOKS.patch("_get_build_directory", _lock_free_build_dir(threading.local()))
+
+
+def _lock_free_build_dir(inside_load):
+    """Wrap torch's _get_build_directory for OEq's extension name.
+
+    torch serialises builds with an advisory lock on <build dir>/lock and leaves the
+    file behind (a killed build does too); OEq 0.7.0 waits while that file merely
+    exists (5 minutes, then an error). Outside torch's own load() (inside_load.active
+    unset) we answer with a directory that holds no lock file, which also keeps torch
+    from creating a build directory that the prebuilt never uses.
+    """
+    def make(orig):
         def wrapped(name, verbose=False, *args, **kwargs):
-            if name == EXTENSION:
+            if name == EXTENSION and not getattr(inside_load, "active", False):
                 return str(HERE)
             return orig(name, verbose, *args, **kwargs)
         return wrapped
-
-    _HOOKS.patch("load", load)
-    _HOOKS.patch("_get_build_directory", build_dir)
+    return make
 
 
 def _site_packages_of(module) -> str:
@@ -367,27 +377,15 @@ def _install_wheel_fallback(ce, torch, flags):
             finally:
                 inside_load.active = False
             after = _built_mtime(orig_build_dir, name)
-            _set("reused" if before is not None and before == after else "built",
-                 f"{_STATUS['reason']}", mod.__file__)
+            _set("reused" if before is not None and before == after else "built", _STATUS["reason"], mod.__file__)
             return mod
-        return wrapped
-
-    def build_dir(orig):
-        # torch serialises builds with an advisory lock on <build dir>/lock and leaves
-        # the file behind; OEq 0.7.0 waits while that file merely exists (5 minutes,
-        # then an error), so after any earlier build it would stall. Outside torch's
-        # own load() we answer with a directory that holds no lock file.
-        def wrapped(name, verbose=False, *args, **kwargs):
-            if name == EXTENSION and not getattr(inside_load, "active", False):
-                return str(HERE)
-            return orig(name, verbose, *args, **kwargs)
         return wrapped
 
     orig_build_dir = ce._get_build_directory
     _HOOKS.patch("include_paths", include_paths)
     _HOOKS.patch("library_paths", library_paths)
     _HOOKS.patch("load", load)
-    _HOOKS.patch("_get_build_directory", build_dir)
+    _HOOKS.patch("_get_build_directory", _lock_free_build_dir(inside_load))
 
 
 def _missing_message(site) -> str:
