@@ -3,7 +3,7 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish index clean
+.PHONY: wheels test verify publish index install-matrix clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
@@ -11,13 +11,17 @@ test:
 	tools/ci/test.sh
 
 verify:
-	PYTHONPATH=. $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl $(OUTDIR)-extra/*.whl
 
 publish:
-	PYTHONPATH=. $$(tools/bootstrap.sh) -m oeq_wheels publish $(OUTDIR) $(PUBLISH_FLAGS)
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels publish $(OUTDIR) $(PUBLISH_FLAGS)
 
 index:
-	PYTHONPATH=. $$(tools/bootstrap.sh) -m oeq_wheels index $(OUTDIR)
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels index $(OUTDIR) $(INDEX_FLAGS)
+
+# Plain pip and uv installs with every compiler replaced by a sentinel (MATRIX_FLAGS: --torch 2.14.1 ...).
+install-matrix:
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels install-matrix $(OUTDIR) $(MATRIX_FLAGS)
 
 clean:
-	rm -rf $(OUTDIR)
+	rm -rf $(OUTDIR) $(OUTDIR)-extra

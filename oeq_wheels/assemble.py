@@ -1,7 +1,6 @@
 """Write the manifest and metadata, and pack the wheel with the `wheel` library."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,11 +11,17 @@ from packaging.metadata import Metadata
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
+import fastmace_oeq_ext
+from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
+
 from . import __version__ as TOOL_VERSION
+from .errors import OeqWheelsError
 from .pins import Pins
 
-RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime" / "fastmace_oeq_ext"
-REPO_LICENSE = Path(__file__).resolve().parent.parent / "LICENSE"
+# The runtime package is imported like any other; its files are copied from where it is installed.
+RUNTIME_DIR = Path(fastmace_oeq_ext.__file__).resolve().parent
+# The packaging's own licence (MIT), shipped as package data of oeq_wheels.
+PACKAGING_LICENSE = Path(__file__).with_name("LICENSE")
 
 DESCRIPTION = """\
 # {name}
@@ -77,32 +82,57 @@ def metadata_text(pins: Pins, py_version: str) -> str:
     return text
 
 
-def stage(pins: Pins, root: Path, *, library: Path, manifest: dict, compiler_text: str,
+def package_files(pins: Pins) -> tuple[str, ...]:
+    """Every file of the package directory in the wheel (verify expects exactly these)."""
+    return (*fastmace_oeq_ext.PYTHON_FILES, pins.library_file, MANIFEST_FILE, "LICENSE.openequivariance",
+            "BUILD_COMPILER.txt")
+
+
+def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, compiler_text: str,
           oeq_license: Path, py_version: str, tag: Tag) -> Path:
     """Lay out the unpacked wheel under root; return root."""
     pkg = root / pins.import_name
     pkg.mkdir(parents=True)
-    for name in ("__init__.py", "__main__.py"):
+    for name in fastmace_oeq_ext.PYTHON_FILES:
         shutil.copyfile(RUNTIME_DIR / name, pkg / name)
-    shutil.copyfile(library, pkg / f"{pins.oeq_extension_name}.so")
-    (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(library, pkg / pins.library_file)
+    (pkg / MANIFEST_FILE).write_text(manifest.to_json())
     shutil.copyfile(oeq_license, pkg / "LICENSE.openequivariance")
     (pkg / "BUILD_COMPILER.txt").write_text(compiler_text)
     info = root / dist_info_name(pins)
     (info / "licenses").mkdir(parents=True)
-    shutil.copyfile(REPO_LICENSE, info / "licenses" / "LICENSE")
+    shutil.copyfile(PACKAGING_LICENSE, info / "licenses" / "LICENSE")
     shutil.copyfile(oeq_license, info / "licenses" / "LICENSE.openequivariance")
     (info / "METADATA").write_text(metadata_text(pins, py_version))
     (info / "WHEEL").write_text(
         f"Wheel-Version: 1.0\nGenerator: oeq-wheels {TOOL_VERSION}\nRoot-Is-Purelib: false\nTag: {tag}\n"
     )
-    # Fixed modes: the archive must not depend on the builder's umask.
+    fix_modes(root)
+    return root
+
+
+def fix_modes(root: Path) -> None:
+    """Fixed modes: the archive must not depend on the builder's umask."""
     for p in root.rglob("*"):
         if p.is_file():
             os.chmod(p, 0o755 if p.suffix == ".so" else 0o644)
         else:
             os.chmod(p, 0o755)
-    return root
+
+
+def probe_wheel(files: dict[str, Path], cp: str, out_dir: Path, source_date_epoch: int) -> Path:
+    """A throw-away wheel holding only these libraries, tagged linux_x86_64, for auditwheel to judge."""
+    staged = out_dir / "stage"
+    for arcname, path in files.items():
+        (staged / arcname).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, staged / arcname)
+    info = staged / "oeq_wheels_probe-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: oeq-wheels-probe\nVersion: 0\n")
+    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: oeq-wheels\nRoot-Is-Purelib: false\n"
+                                f"Tag: {wheel_tag(cp, 'linux_x86_64')}\n")
+    fix_modes(staged)
+    return pack(staged, out_dir / "out", source_date_epoch)
 
 
 def pack(staged: Path, out_dir: Path, source_date_epoch: int) -> Path:
@@ -114,5 +144,5 @@ def pack(staged: Path, out_dir: Path, source_date_epoch: int) -> Path:
                           capture_output=True, text=True, env=env)
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if proc.returncode != 0 or len(made) != 1:
-        raise RuntimeError(f"wheel pack failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise OeqWheelsError(f"wheel pack failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return made[0]

@@ -1,4 +1,9 @@
-"""The host build: inputs -> objects -> library -> audited, verified wheel in OUTDIR, per Python."""
+"""The host build, per Python: inputs -> objects -> libraries -> audited, verified wheels.
+
+Two packages come out of one run:
+  OUTDIR/         fastmace-oeq-ext wheels (the PyPI release: `twine upload OUTDIR/*`)
+  OUTDIR-extra/   binary openequivariance wheels (never for PyPI) and REPORT.{md,json}
+"""
 from __future__ import annotations
 
 import os
@@ -9,31 +14,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import assemble, compile as cc, fetch, inputs, link, pins as pins_mod, pythons, stub, verify
-from .cudaflags import wheel_build_flags
-from .report import Stage, say, table
+from fastmace_oeq_ext.cudaflags import wheel_build_flags
+from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
+
+from . import assemble, compile as cc, fetch, inputs, link, oeqpy, pins as pins_mod, pythons, stable, stub, verify
+from .errors import OeqWheelsError, UsageError
+from .files import default_cache, sha256_file
+from .output import extra_dir, place
+from .progress import Stage, say, table
+from .report import write_report
 
 
-class BuildError(RuntimeError):
+class BuildError(OeqWheelsError):
     pass
-
-
-def default_cache() -> Path:
-    env = os.environ.get("OEQ_WHEELS_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "oeq-wheels"
 
 
 def prepare_outdir(outdir: Path) -> Path:
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BuildError(f"cannot create output directory {outdir}: {exc.strerror}; choose another OUTDIR") from exc
+        raise UsageError(f"cannot create output directory {outdir}: {exc.strerror}; choose another OUTDIR") from exc
     try:
         tempfile.TemporaryFile(dir=outdir).close()
     except OSError as exc:
-        raise BuildError(f"output directory {outdir} is not writable ({exc.strerror}); "
+        raise UsageError(f"output directory {outdir} is not writable ({exc.strerror}); "
                          "fix its permissions or choose another OUTDIR") from exc
     return outdir
 
@@ -50,12 +54,19 @@ class Shared:
     pybind11_include: Path
     toolchain: cc.Toolchain
     objects: cc.ObjectCache
+    stable_trees: stable.StableTrees | None = None
+    stable_aoti: Path | None = None
+    stable_stubs: Path | None = None
     forbidden: list[str] = field(default_factory=list)
+
+
+def entry(pin: pins_mod.Pinned) -> Input:
+    return Input(pin.name, pin.version, pin.file, pin.sha256)
 
 
 def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: Path, oeq_root: Path,
                      cuda_root: Path, pybind11_include: Path) -> tuple[cc.CompileContext, cc.CompileContext]:
-    """The compiler context for libtorch_tp_jit.cpp (one Python) and for json11.cpp (every Python).
+    """The compiler context for the source that includes Python.h (one Python) and for the others (every Python).
 
     All paths must be resolved: the compiler records real paths, which -ffile-prefix-map must match.
     """
@@ -78,7 +89,22 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
     return ctx, shared
 
 
+def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str) -> str:
+    """Pack the libraries alone with the generic tag, let auditwheel judge them, and choose the tag."""
+    probe = assemble.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch)
+    proven, problems = verify.proven_tag(verify.audit(probe), verify.external_ok(p))
+    if problems:
+        raise BuildError("; ".join(problems))
+    platform = verify.choose_tag(p.platform_tag, proven)
+    st.note = f"auditwheel: symbols fit {proven} -> tag {platform}"
+    if platform != p.platform_tag:
+        say(f"[{who}] NOTE: the binary needs {proven}; tagging {platform}, not the target "
+            f"{p.platform_tag} (build in the manylinux_2_28 container for the target)")
+    return platform
+
+
 def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
+    """The fastmace-oeq-ext wheel of one Python."""
     p, tag = sh.pins, interp.cp_tag
     timings: dict = {}
     torch_pin = p.matrix.torch_wheel(tag)
@@ -86,7 +112,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         tmp = Path(tmp_s)
         with Stage(tag, "inputs", timings):
             # Resolved paths: the compiler records real paths, which -ffile-prefix-map must match.
-            torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache).resolve()
+            torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache, p.torch_needed).resolve()
             tv = cc.torch_version_info(torch_root)
             expect = f"{p.matrix.torch_version}+{p.matrix.torch_local}"
             if tv["__version__"] != expect or tv["cuda"] != p.matrix.cuda:
@@ -95,7 +121,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             ctx, ctx_shared = compile_contexts(p, interp, torch_root, sh.oeq_root, sh.cuda_root, sh.pybind11_include)
         ext = ctx.oeq_ext
         with Stage(tag, "compile", timings) as st:
-            jobs = [(ext / src, (ctx if src == "libtorch_tp_jit.cpp" else ctx_shared).flags())
+            jobs = [(ext / src, (ctx if src == p.oeq_python_source else ctx_shared).flags())
                     for src in p.oeq_sources]
             with ThreadPoolExecutor(len(jobs)) as pool:
                 results = list(pool.map(lambda j: sh.objects.compile(*j), jobs))
@@ -104,131 +130,163 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         with Stage(tag, "link", timings):
             stub.make_stub(stub.undefined_driver_symbols(objs), tmp / "stub", sh.toolchain.cc)
             cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"))
-            lib = link.link(objs, tmp / f"{p.oeq_extension_name}.so", torch_root / "torch" / "lib", cuda,
-                            sh.toolchain.cxx, sh.toolchain.strip)
-        manifest = make_manifest(sh, interp, torch_pin, tv, lib, ctx)
-        compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
-                         f"flags: {' '.join(ctx.normalized(ctx.flags()))}\n")
-        lic = ext.parent.parent / "LICENSE"
+            lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain.cxx,
+                            sh.toolchain.strip, p.torch_libs, p.runpath())
         with Stage(tag, "audit", timings) as st:
-            # Pack once with the generic tag so auditwheel can judge the binary.
-            probe_tag = assemble.wheel_tag(tag, "linux_x86_64")
-            manifest["platform"]["tag"] = probe_tag.platform
-            staged = assemble.stage(p, tmp / "probe", library=lib, manifest=manifest, compiler_text=compiler_text,
-                                    oeq_license=lic, py_version=interp.version, tag=probe_tag)
-            probe = assemble.pack(staged, tmp / "probe-out", p.source_date_epoch)
-            proven, problems = verify.proven_tag(verify.audit(probe))
-            if problems:
-                raise BuildError("; ".join(problems))
-            platform = verify.choose_tag(p.platform_tag, proven)
-            st.note = f"auditwheel: symbols fit {proven} -> tag {platform}"
-            if platform != p.platform_tag:
-                say(f"[{tag}] NOTE: the binary needs {proven}; tagging {platform}, not the target "
-                    f"{p.platform_tag} (build in the manylinux_2_28 container for the target)")
+            platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag)
+        flags = ctx.normalized(ctx.flags())
+        manifest = Manifest(
+            package=p.package_name, version=p.version, oeq_version=p.oeq.version, oeq_sdist=entry(p.oeq),
+            torch_version=p.matrix.torch_version, torch_local=p.matrix.torch_local, cuda=p.matrix.cuda,
+            cxx11_abi=ctx.cxx11_abi, torch_git_version=tv["git_version"], torch_wheel=entry(torch_pin),
+            python_tag=tag, python_built_with=interp.full_version, platform_tag=platform, library=p.library_file,
+            library_sha256=sha256_file(lib), extension_name=p.oeq_extension_name,
+            cuda_wheels=tuple(entry(n) for n in p.matrix.nvidia), pybind11=entry(p.pybind11),
+            compiler=sh.toolchain.version, cxx_std=ctx.cxx_std, flags=tuple(flags), matrix=p.matrix.name)
+        compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
+                         f"flags: {' '.join(flags)}\n")
+        lic = sh.oeq_root / "LICENSE"
         with Stage(tag, "wheel", timings):
-            manifest["platform"]["tag"] = platform
             staged = assemble.stage(p, tmp / "final", library=lib, manifest=manifest, compiler_text=compiler_text,
                                     oeq_license=lic, py_version=interp.version,
                                     tag=assemble.wheel_tag(tag, platform))
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        with Stage(tag, "verify", timings) as st:
-            verdict = verify.verify_wheel(whl, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden)
-            if not verdict.ok:
-                raise BuildError("verification failed: " + "; ".join(verdict.problems))
-            st.note = "ELF, RECORD, auditwheel, twine check, licence"
-        dest = outdir / whl.name
-        if dest.exists() and fetch.sha256_file(dest) != verdict.facts["sha256"]:
-            if not force:
-                raise BuildError(f"{dest} already exists with different content; a released file name "
-                                 "can never be re-uploaded, so bump the .postN version in oeq_wheels/pins.toml "
-                                 "(or pass --force to overwrite a local build)")
-        shutil.move(str(whl), str(dest.with_name(dest.name + ".part")))
-        os.replace(dest.with_name(dest.name + ".part"), dest)
-        return {"wheel": dest.name, "tag": platform, "size": dest.stat().st_size,
-                "sha256": verdict.facts["sha256"], "timings": timings, "python": interp.full_version}
+        check = lambda w: verify.verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden)
+        return _verify_and_place(tag, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins", outdir,
+                                 force, platform, timings, interp)
 
 
-def make_manifest(sh: Shared, interp, torch_pin, tv, lib: Path, ctx: cc.CompileContext) -> dict:
-    p = sh.pins
-    entry = lambda pin: {"name": pin.name, "version": pin.version, "file": pin.file, "sha256": pin.sha256}
-    return {
-        "schema": 1,
-        "package": {"name": p.package_name, "version": p.version},
-        "openequivariance": {"version": p.oeq.version, "sdist": p.oeq.file, "sha256": p.oeq.sha256},
-        "torch": {"version": p.matrix.torch_version, "local": p.matrix.torch_local, "cuda": p.matrix.cuda,
-                  "cxx11_abi": ctx.cxx11_abi, "git_version": tv["git_version"], "wheel": torch_pin.file,
-                  "sha256": torch_pin.sha256},
-        "python": {"tag": interp.cp_tag, "version": interp.version, "built_with": interp.full_version},
-        "platform": {"system": "Linux", "machine": "x86_64", "tag": None},
-        "library": {"file": lib.name, "sha256": fetch.sha256_file(lib), "extension_name": p.oeq_extension_name},
-        "cuda_wheels": [entry(n) for n in p.matrix.nvidia],
-        "pybind11": entry(p.pybind11),
-        "compiler": {"version": sh.toolchain.version, "cxx_std": ctx.cxx_std,
-                     "flags": ctx.normalized(ctx.flags())},
-        "matrix": p.matrix.name,
-    }
+def _verify_and_place(who: str, whl: Path, check, note: str, outdir: Path, force: bool, platform: str,
+                      timings: dict, interp: pythons.Interpreter) -> dict:
+    """The gate on the packed wheel, then its no-clobber placement in outdir; the report's row."""
+    with Stage(who, "verify", timings) as st:
+        verdict = check(whl)
+        if not verdict.ok:
+            raise BuildError("verification failed: " + "; ".join(verdict.problems))
+        st.note = note
+    dest = place(whl, outdir, force, verdict.facts["sha256"])
+    return {"wheel": dest.name, "tag": platform, "size": dest.stat().st_size,
+            "sha256": verdict.facts["sha256"], "timings": timings, "python": interp.full_version}
+
+
+def prepare_stable(sh: Shared, pool_size: int) -> None:
+    """The Python-independent part of OEq's stable extension: the AOTI library and the link stubs."""
+    p, ob = sh.pins, sh.pins.oeq_binary
+    trees = sh.stable_trees
+    recipe = stable.Recipe(trees, verify.manylinux_version(p.platform_tag) < (2, 32),
+                           torch_label=f"torch-{ob.torch.version}")
+    with Stage("oeq", "aoti"):
+        with ThreadPoolExecutor(pool_size) as pool:
+            objs = stable.compile_all(recipe, sh.objects, pool, python=False)["aoti"]
+        tmp = Path(tempfile.mkdtemp(prefix="oeq-wheels-stable-"))
+        sh.stable_stubs = stable.build_support(ob, recipe, sh.objects, sh.toolchain, objs, tmp / "stubs")
+        sh.stable_aoti = stable.link_aoti(ob, trees, objs, sh.stable_stubs, tmp / ob.aoti_library, sh.toolchain)
+
+
+def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
+    """The binary openequivariance wheel of one Python: its stable extension, built once for every CUDA 13 torch."""
+    p, ob, tag = sh.pins, sh.pins.oeq_binary, interp.cp_tag
+    who = f"oeq-{tag}"
+    timings: dict = {}
+    version = ob.version(p.oeq.version)
+    with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-oeq-{tag}-") as tmp_s:
+        tmp = Path(tmp_s)
+        recipe = stable.Recipe(sh.stable_trees, verify.manylinux_version(p.platform_tag) < (2, 32),
+                               python_include=os.path.realpath(interp.include), torch_label=f"torch-{ob.torch.version}")
+        with Stage(who, "compile", timings) as st:
+            with ThreadPoolExecutor(4) as pool:
+                objs = stable.compile_all(recipe, sh.objects, pool, python=True)
+            st.note = f"{len(objs['hits'])}/{len(objs['module']) + len(objs['nanobind'])} from cache"
+        module_name = ob.module_name + stable.ext_suffix(interp.version)
+        with Stage(who, "link", timings):
+            module = stable.link_module(ob, sh.stable_trees, objs["module"], objs["nanobind"], sh.stable_stubs,
+                                        tmp / module_name, sh.toolchain)
+        libs = {module_name: module, ob.aoti_library: sh.stable_aoti}
+        with Stage(who, "audit", timings) as st:
+            platform = _proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who)
+        record = OeqBuild(
+            package="openequivariance", version=version, oeq_sdist=entry(p.oeq), torch_min=ob.torch_min,
+            cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=tag, platform_tag=platform,
+            files=tuple(FileHash(f"{oeqpy.EXTLIB}/{n}", sha256_file(f)) for n, f in sorted(libs.items())),
+            cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=sh.toolchain.version)
+        with Stage(who, "wheel", timings):
+            staged = oeqpy.stage(p, sh.oeq_root, tmp / "stage", version=version,
+                                 tag=assemble.wheel_tag(tag, platform), purelib=False, extlib_files=libs,
+                                 build_record=record.to_json())
+            whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
+        check = lambda w: verify.verify_oeq_binary(w, p, sdist_root=sh.oeq_root, cuda_root=sh.stable_trees.cuda_root,
+                                                   forbidden_paths=sh.forbidden)
+        return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
+                                 "stable ABI", outdir, force, platform, timings, interp)
+
+
+def stable_trees(pins: pins_mod.Pins, files: dict[str, Path], cache: Path) -> stable.StableTrees:
+    """The unpacked inputs of OEq's stable extension (resolved: the compiler records real paths)."""
+    ob = pins.oeq_binary
+    return stable.StableTrees(
+        inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve(),
+        inputs.torch_tree(files[ob.torch.file], ob.torch, cache, frozenset(f"lib{l}.so" for l in ob.torch_libs)).resolve(),
+        inputs.cuda_tree([(n, files[n.file]) for n in ob.nvidia], cache).resolve(),
+        inputs.nanobind_tree(files[ob.nanobind.file], ob.nanobind, cache).resolve(), ob.cuda_major)
 
 
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,
         jobs: int | None = None, cache: Path | None = None) -> tuple[list[dict], dict[str, str]]:
-    """Build wheels for the requested Pythons; return (built rows, failures by tag)."""
+    """Build both packages' wheels for the requested Pythons; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
-    wanted = pins_mod.select_pythons(pins, versions)
+    ob = pins.oeq_binary
+    wanted = pins_mod.select_pythons(pins.matrix.pythons, versions, f"matrix {pins.matrix.name!r}")
+    oeq_wanted = [v for v in wanted if v in ob.pythons]
     interps = pythons.find_all(wanted)
     outdir = prepare_outdir(outdir)
+    extra = prepare_outdir(extra_dir(outdir))
     cache = cache or default_cache()
     toolchain = cc.Toolchain.detect()
     jobs = jobs or os.cpu_count() or 1
-    say(f"oeq-wheels: {pins.package_name} {pins.version}, matrix {pins.matrix.name}, "
-        f"Pythons {', '.join(wanted)}, {toolchain.version}, {jobs} jobs, cache {cache}")
+    say(f"oeq-wheels: {pins.package_name} {pins.version} and openequivariance {ob.version(pins.oeq.version)}, "
+        f"matrix {pins.matrix.name}, Pythons {', '.join(wanted)}, {toolchain.version}, {jobs} jobs, cache {cache}")
     with Stage("all", "fetch"):
-        files = fetch.ensure(pins.all_inputs([pins_mod.cp_tag(v) for v in wanted]), cache, say)
+        files = fetch.ensure(pins.all_inputs([pins_mod.cp_tag(v) for v in wanted]) + pins.oeq_binary_inputs(),
+                             cache, say)
     with Stage("all", "unpack"):
         oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
-        nvidia = [(n, files[n.file]) for n in pins.matrix.nvidia]
-        cuda_root = inputs.cuda_tree(nvidia, cache).resolve()
+        cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
         pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
+        trees = stable_trees(pins, files, cache)
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain,
-                cc.ObjectCache(cache / "objects", toolchain, jobs),
+                cc.ObjectCache(cache / "objects", toolchain, jobs), trees,
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
                                   *verify.default_forbidden_paths()}))
     rows, failures = [], {}
-    with ThreadPoolExecutor(len(wanted)) as pool:
-        futs = {pool.submit(build_one, sh, interps[v], outdir, force): v for v in wanted}
-        for fut, v in futs.items():
-            try:
-                rows.append(fut.result())
-            except Exception as exc:  # report every Python, then fail
-                failures[pins_mod.cp_tag(v)] = str(exc)
+    if oeq_wanted:
+        try:
+            prepare_stable(sh, jobs)
+        except OeqWheelsError as exc:
+            for v in oeq_wanted:
+                failures[f"openequivariance {pins_mod.cp_tag(v)}"] = str(exc)
+            oeq_wanted = []
+    try:
+        with ThreadPoolExecutor(len(wanted) + len(oeq_wanted)) as pool:
+            futs = {pool.submit(build_one, sh, interps[v], outdir, force): f"{pins.package_name} {pins_mod.cp_tag(v)}"
+                    for v in wanted}
+            futs.update({pool.submit(build_oeq_binary, sh, interps[v], extra, force):
+                         f"openequivariance {pins_mod.cp_tag(v)}" for v in oeq_wanted})
+            for fut, who in futs.items():
+                try:
+                    rows.append(fut.result())
+                except OeqWheelsError as exc:  # report every wheel, then fail
+                    failures[who] = str(exc)
+    finally:
+        if sh.stable_aoti is not None:
+            shutil.rmtree(sh.stable_aoti.parent, ignore_errors=True)
     rows.sort(key=lambda r: r["wheel"])
     elapsed = time.monotonic() - t0
-    write_report(outdir, pins, rows, failures, elapsed, toolchain)
-    say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s into {outdir}")
+    write_report(extra, pins, rows, failures, elapsed, toolchain)
+    say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s: {pins.package_name} into {outdir}, "
+        f"openequivariance into {extra}")
     if rows:
         print(table(rows))
-    for tag, why in failures.items():
-        say(f"\n[{tag}] FAILED, no wheel written: {why}")
+    for who, why in failures.items():
+        say(f"\n[{who}] FAILED, no wheel written: {why}")
     return rows, failures
-
-
-def write_report(outdir: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain) -> None:
-    """REPORT.json and REPORT.md beside the wheels: what was built from what, and how long it took."""
-    import json
-    entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
-    inputs_ = [entry(p) for p in pins.all_inputs([r["wheel"].split("-")[2] for r in rows])]
-    data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
-            "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
-            "failures": failures, "inputs": inputs_}
-    (outdir / "REPORT.json").write_text(json.dumps(data, indent=2) + "\n")
-    lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name})", "",
-             f"Built with {toolchain.version} in {elapsed:.1f} s.", "",
-             "| wheel | tag (proven by auditwheel) | size | sha256 | seconds per stage |", "|---|---|---|---|---|"]
-    for r in rows:
-        stages = ", ".join(f"{k} {v}" for k, v in r["timings"].items())
-        lines.append(f"| {r['wheel']} | {r['tag']} | {r['size'] / 1024:.0f} KiB | `{r['sha256']}` | {stages} |")
-    for tag, why in failures.items():
-        lines.append(f"| {tag}: FAILED | | | | {why.splitlines()[0][:200]} |")
-    lines += ["", "## Inputs", "", "| file | sha256 |", "|---|---|"]
-    lines += [f"| {i['file']} | `{i['sha256']}` |" for i in inputs_]
-    (outdir / "REPORT.md").write_text("\n".join(lines) + "\n")

@@ -16,12 +16,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import oeqpy, pins as pins_mod, pythons, sentinels, stub
+from .errors import OeqWheelsError, UsageError
+from .verify import Verdict
 
 SMOKE = r"""
 import json, sys
@@ -60,12 +60,6 @@ print("SMOKE " + json.dumps(out))
 """
 
 
-@dataclass
-class Verdict:
-    ok: bool
-    reasons: list[str] = field(default_factory=list)
-
-
 def judge(doctor_rc: int, doctor_out: str, smoke: dict | None, sentinel_log: str, gpu: bool) -> Verdict:
     """Pass only with the prebuilt reported by the doctor, a working smoke and no compiler call."""
     reasons = []
@@ -82,7 +76,7 @@ def judge(doctor_rc: int, doctor_out: str, smoke: dict | None, sentinel_log: str
             reasons.append(f"TensorProduct failed on the GPU: {smoke.get('stopped_at')}")
     if sentinel_log.strip():
         reasons.append(f"a compiler or build tool was called: {sentinel_log.strip()[:300]}")
-    return Verdict(not reasons, reasons)
+    return Verdict(Path("clean-install"), reasons)
 
 
 def _python_for(arg: str | None) -> str:
@@ -95,8 +89,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
     pins = pins_mod.load()
     wheel_dir = wheel_dir.resolve()
     if not any(wheel_dir.glob("fastmace_oeq_ext-*.whl")):
-        print(f"clean-install: no fastmace_oeq_ext wheel in {wheel_dir}; build one first (make wheels)", file=sys.stderr)
-        return 2
+        raise UsageError(f"clean-install: no fastmace_oeq_ext wheel in {wheel_dir}; build one first (make wheels)")
     base = _python_for(python)
     work = Path(tempfile.mkdtemp(prefix="oeq-clean-install-"))
     log = work / "sentinel.log"
@@ -108,15 +101,16 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
         pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         say(f"installing torch=={pins.matrix.torch_version} (CUDA {pins.matrix.cuda} build)")
         _pip(pip + [f"torch=={pins.matrix.torch_version}"])
-        oeq_whl = oeqpy.build(pins, work / "oeq", cache)
+        oeq_whl = oeqpy.build_pure(pins, work / "oeq", cache)
         say(f"installing {oeq_whl.name} (OEq's Python package from the pinned sdist) and its dependencies")
         _pip(pip + [str(oeq_whl)])
         # Our package from WHEEL_DIR only: no index, no configured find-links.
-        env_only = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env_only = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
         env_only["PIP_CONFIG_FILE"] = os.devnull
         _pip(pip + ["--no-index", "--find-links", str(wheel_dir), f"{pins.package_name}=={pins.version}"], env_only)
+        # The venv's own package: no PYTHONPATH (a checkout's runtime/ must not stand in for it).
         site = Path(subprocess.run([str(vpy), "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+                                   capture_output=True, text=True, check=True, env=env_only).stdout.strip())
         env = _sentinel_env(work, log, venv)
         gpu = shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
         if not gpu:
@@ -139,7 +133,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
         if verdict.ok:
             say("PASS: prebuilt host extension, no compiler or build tool called")
             return 0
-        say("FAIL: " + "; ".join(verdict.reasons))
+        say("FAIL: " + "; ".join(verdict.problems))
         keep = True
         return 1
     finally:
@@ -153,7 +147,7 @@ def _pip(cmd: list[str], env: dict | None = None) -> None:
     """Run pip quietly; show its output only when it fails."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
-        raise RuntimeError(f"pip failed: {' '.join(cmd[3:])}\n{(r.stdout + r.stderr)[-3000:]}")
+        raise OeqWheelsError(f"pip failed: {' '.join(cmd[3:])}\n{(r.stdout + r.stderr)[-3000:]}")
 
 
 def _sentinel_env(work: Path, log: Path, venv: Path) -> dict:

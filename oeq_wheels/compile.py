@@ -22,10 +22,12 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from .errors import OeqWheelsError
+
 SHIM_DIR = Path(__file__).with_name("shim")
 
 
-class CompileError(RuntimeError):
+class CompileError(OeqWheelsError):
     pass
 
 

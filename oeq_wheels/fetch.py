@@ -1,10 +1,8 @@
 """Download pinned inputs into a cache through pip's hash checking; reuse them offline."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,19 +11,13 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from .errors import OeqWheelsError
+from .files import sha256_file
 from .pins import Pinned
 
 
-class FetchError(RuntimeError):
+class FetchError(OeqWheelsError):
     pass
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stamp(path: Path) -> Path:
@@ -129,8 +121,3 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4) 
                 fut.result()
     return out
 
-
-def clear_partial(cache: Path) -> None:
-    """Remove leftovers of interrupted downloads."""
-    for p in (cache / "downloads").glob(".dl-*"):
-        shutil.rmtree(p, ignore_errors=True)

@@ -18,9 +18,6 @@ from pathlib import Path
 
 from .pins import Pinned
 
-# The torch libraries torch.utils.cpp_extension links a CUDA extension against.
-TORCH_LINK_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so",
-                   "libtorch.so", "libtorch_python.so")
 TORCH_TEXT_FILES = ("torch/version.py", "torch/utils/cpp_extension.py")
 
 
@@ -74,7 +71,7 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
         shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def torch_tree(wheel: Path, pin: Pinned, cache: Path) -> Path:
+def torch_tree(wheel: Path, pin: Pinned, cache: Path, link_libs: frozenset[str]) -> Path:
     """torch/{include,lib/<link libs>,version.py,utils/cpp_extension.py} of one torch wheel."""
     blobs = cache / "extract" / "blobs"
 
@@ -85,10 +82,11 @@ def torch_tree(wheel: Path, pin: Pinned, cache: Path) -> Path:
                 if info.is_dir():
                     continue
                 if (name.startswith("torch/include/") or name in TORCH_TEXT_FILES
-                        or (name.startswith("torch/lib/") and Path(name).name in TORCH_LINK_LIBS)):
+                        or (name.startswith("torch/lib/") and Path(name).name in link_libs)):
                     _extract_member(zf, info, tmp, blobs)
 
-    return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}", fill)
+    libs_key = hashlib.sha256(" ".join(sorted(link_libs)).encode()).hexdigest()[:8]
+    return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}-{libs_key}", fill)
 
 
 def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
@@ -120,6 +118,19 @@ def pybind11_include(wheel: Path, pin: Pinned, cache: Path) -> Path:
                     _extract_member(zf, info, tmp, None)
 
     return _atomic_tree(cache / "extract" / f"pybind11-{pin.version}-{pin.sha256[:16]}", fill) / "pybind11" / "include"
+
+
+def nanobind_tree(wheel: Path, pin: Pinned, cache: Path) -> Path:
+    """nanobind's include/, src/ and ext/robin_map/include/: what nanobind_add_module compiles."""
+    keep = ("nanobind/include/", "nanobind/src/", "nanobind/ext/robin_map/include/")
+
+    def fill(tmp: Path) -> None:
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                if info.filename.startswith(keep) and not info.is_dir():
+                    _extract_member(zf, info, tmp, None)
+
+    return _atomic_tree(cache / "extract" / f"nanobind-{pin.version}-{pin.sha256[:16]}", fill) / "nanobind"
 
 
 def oeq_tree(sdist: Path, pin: Pinned, cache: Path) -> Path:

@@ -13,22 +13,21 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from .cudaflags import CudaWheelFlags
+from fastmace_oeq_ext.cudaflags import CudaWheelFlags
 
-TORCH_LIBS = ("c10", "c10_cuda", "torch_cpu", "torch_cuda", "torch", "torch_python")
-RUNPATH = "$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib"
+from .errors import OeqWheelsError
 
 
-class LinkError(RuntimeError):
+class LinkError(OeqWheelsError):
     pass
 
 
 def link(objects: list[Path], out: Path, torch_lib: Path, cuda: CudaWheelFlags,
-         cxx: str, strip: str) -> Path:
+         cxx: str, strip: str, torch_libs: tuple[str, ...], runpath: str) -> Path:
     linked = out.with_name(out.name + ".unstripped")
     cmd = [*shlex.split(cxx), "-shared", *map(str, objects), "-o", str(linked),
-           "-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in TORCH_LIBS],
-           *cuda.link_args(), "-Wl,--enable-new-dtags", f"-Wl,-rpath,{RUNPATH}"]
+           "-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in torch_libs],
+           *cuda.link_args(), "-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LinkError(f"linking failed (exit {proc.returncode}):\n{proc.stderr.strip()[-3000:]}")

@@ -12,6 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import UsageError
+from .pins import cp_tag
+
 PROBE = (
     "import sys, sysconfig, json, os;"
     "inc = sysconfig.get_path('include', scheme='posix_prefix');"
@@ -22,7 +25,7 @@ PROBE = (
 )
 
 
-class PythonNotFound(LookupError):
+class PythonNotFound(UsageError):
     pass
 
 
@@ -35,7 +38,7 @@ class Interpreter:
 
     @property
     def cp_tag(self) -> str:
-        return "cp" + self.version.replace(".", "")
+        return cp_tag(self.version)
 
 
 def _pyenv_root() -> Path | None:
@@ -57,7 +60,7 @@ def _version_key(name: str) -> tuple:
 
 
 def candidates(version: str, manylinux_root: str = "/opt/python") -> list[str]:
-    tag = "cp" + version.replace(".", "")
+    tag = cp_tag(version)
     out = [f"{manylinux_root}/{tag}-{tag}/bin/python"]
     root = _pyenv_root()
     if root and (root / "versions").is_dir():

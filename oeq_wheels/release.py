@@ -1,4 +1,9 @@
-"""Release steps over a directory of built wheels: SHA256SUMS, a PEP 503 index, the publish gate."""
+"""Release steps over a build's output: the publish gate, SHA256SUMS and a PEP 503 index.
+
+OUTDIR holds the fastmace-oeq-ext wheels, the only files that go to PyPI;
+OUTDIR-extra holds the binary openequivariance wheels, SHA256SUMS and simple/ (the
+index published with the GitHub release, serving the openequivariance wheels).
+"""
 from __future__ import annotations
 
 import html
@@ -6,46 +11,118 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from . import pins as pins_mod, verify
-from .fetch import sha256_file
+from .errors import UsageError
+from .files import sha256_file
+from .output import extra_dir
 
 
-class ReleaseError(RuntimeError):
+class ReleaseError(UsageError):
     pass
 
 
-def wheels_of(outdir: Path, pins: pins_mod.Pins) -> list[Path]:
-    name = canonicalize_name(pins.package_name)
-    return sorted(p for p in outdir.glob("*.whl") if canonicalize_name(parse_wheel_filename(p.name)[0]) == name)
+def redact(url: str) -> str:
+    """A URL with any password replaced, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
-def write_sha256sums(wheels: list[Path], outdir: Path) -> Path:
+def wheels_in(directory: Path) -> tuple[dict[str, list[Path]], list[str]]:
+    """Wheels by canonical project name, and one problem line per file that is no wheel."""
+    by_name: dict[str, list[Path]] = {}
+    problems = []
+    for w in sorted(directory.glob("*.whl")):
+        try:
+            name = canonicalize_name(parse_wheel_filename(w.name)[0])
+        except InvalidWheelFilename as exc:
+            problems.append(f"{w.name} is not a valid wheel file name ({exc}); remove it")
+            continue
+        by_name.setdefault(name, []).append(w)
+    return by_name, problems
+
+
+def _check_set(wheels: list[Path], version: str, pythons: tuple[str, ...], what: str) -> list[str]:
+    """Exactly one wheel per pinned Python, all of the pinned version."""
+    by_tag: dict[str, list[Path]] = {}
+    problems = []
+    for w in wheels:
+        _, v, _, tags = parse_wheel_filename(w.name)
+        if str(v) != version:
+            problems.append(f"{w.name} is version {v}, pins say {version}")
+        for t in tags:
+            by_tag.setdefault(t.interpreter, []).append(w)
+    want = [pins_mod.cp_tag(v) for v in pythons]
+    missing = [t for t in want if t not in by_tag]
+    if missing:
+        problems.append(f"incomplete {what} set: no wheel for {', '.join(missing)} (build them: make wheels)")
+    for t, ws in by_tag.items():
+        if len(ws) > 1:
+            problems.append(f"several {what} wheels for {t}: {', '.join(w.name for w in ws)}")
+        if t not in want:
+            problems.append(f"{ws[0].name} is for {t}, which the pins do not release")
+    return problems
+
+
+def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]]:
+    """(fastmace-oeq-ext wheels in OUTDIR, openequivariance wheels in OUTDIR-extra), complete; else ReleaseError."""
+    by_name, problems = wheels_in(outdir)
+    ours = by_name.pop(canonicalize_name(pins.package_name), [])
+    problems += [f"{w.name} does not belong in {outdir} (only {pins.package_name} wheels are uploaded from it)"
+                 for ws in by_name.values() for w in ws]
+    problems += _check_set(ours, pins.version, pins.matrix.pythons, pins.package_name)
+    extra = extra_dir(outdir)
+    by_name, more = wheels_in(extra) if extra.is_dir() else ({}, [])
+    problems += more
+    oeq = by_name.pop("openequivariance", [])
+    oeq_pythons = tuple(v for v in pins.matrix.pythons if v in pins.oeq_binary.pythons)
+    problems += _check_set(oeq, pins.oeq_binary.version(pins.oeq.version), oeq_pythons, "openequivariance")
+    if problems:
+        raise ReleaseError("refusing to publish: " + "; ".join(problems))
+    return ours, oeq
+
+
+def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     """`sha256sum -c SHA256SUMS` checks a download against these lines."""
-    path = outdir / "SHA256SUMS"
-    tmp = path.with_name(path.name + ".part")
+    path = where / "SHA256SUMS"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     tmp.write_text("".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels))
     os.replace(tmp, path)
     return path
 
 
-def write_index(outdir: Path, pins: pins_mod.Pins) -> Path:
-    """outdir/simple/<project>/index.html (PEP 503), each link with its #sha256= fragment."""
-    wheels = wheels_of(outdir, pins)
-    if not wheels:
-        raise ReleaseError(f"no {pins.package_name} wheels in {outdir}")
-    project = canonicalize_name(pins.package_name)
-    simple = outdir / "simple"
-    (simple / project).mkdir(parents=True, exist_ok=True)
-    links = "".join(f'    <a href="../../{html.escape(w.name)}#sha256={sha256_file(w)}" '
+def write_index(outdir: Path, pins: pins_mod.Pins, base_url: str | None = None) -> Path:
+    """OUTDIR-extra/simple/ (PEP 503) serving the binary openequivariance wheels, each link with #sha256=.
+
+    fastmace-oeq-ext itself comes from PyPI; this index adds what PyPI cannot hold, so that
+    `pip install fastmace-oeq-ext --extra-index-url <index>` resolves OEq to the binary wheel.
+    The set must be complete (as for publishing). base_url: where the wheels will be served
+    (e.g. a GitHub release's download URL); by default links are relative to OUTDIR-extra.
+    """
+    check_set(outdir, pins)
+    return write_index_for(extra_dir(outdir), base_url)
+
+
+def write_index_for(extra: Path, base_url: str | None = None) -> Path:
+    """extra/simple/openequivariance/ linking every openequivariance wheel in extra/."""
+    prefix = base_url.rstrip("/") + "/" if base_url else "../../"
+    by_name, _ = wheels_in(extra)
+    oeq = by_name.get("openequivariance", [])
+    simple = extra / "simple"
+    (simple / "openequivariance").mkdir(parents=True, exist_ok=True)
+    links = "".join(f'    <a href="{html.escape(prefix + w.name)}#sha256={sha256_file(w)}" '
                     f'data-requires-python="{html.escape(_requires_python(w))}">{html.escape(w.name)}</a><br/>\n'
-                    for w in wheels)
-    (simple / project / "index.html").write_text(
-        f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}</body></html>\n")
+                    for w in oeq)
+    (simple / "openequivariance" / "index.html").write_text(
+        f"<!DOCTYPE html>\n<html><body>\n<h1>Links for openequivariance</h1>\n{links}</body></html>\n")
     (simple / "index.html").write_text(
-        f'<!DOCTYPE html>\n<html><body>\n<a href="{project}/">{project}</a><br/>\n</body></html>\n')
+        '<!DOCTYPE html>\n<html><body>\n<a href="openequivariance/">openequivariance</a><br/>\n</body></html>\n')
     return simple
 
 
@@ -55,67 +132,35 @@ def _requires_python(wheel: Path) -> str:
     return f"=={digits[0]}.{digits[1:]}.*"
 
 
-def check_set(outdir: Path, pins: pins_mod.Pins) -> list[Path]:
-    """Exactly one verified wheel per pinned Python, all of the pinned version; else ReleaseError."""
-    wheels = wheels_of(outdir, pins)
-    by_tag: dict[str, list[Path]] = {}
-    problems = []
-    for w in wheels:
-        _, version, _, tags = parse_wheel_filename(w.name)
-        if str(version) != pins.version:
-            problems.append(f"{w.name} is version {version}, pins say {pins.version}")
-        for t in tags:
-            by_tag.setdefault(t.interpreter, []).append(w)
-    want = [pins_mod.cp_tag(v) for v in pins.matrix.pythons]
-    missing = [t for t in want if t not in by_tag]
-    if missing:
-        problems.append(f"incomplete set: no wheel for {', '.join(missing)} (build them: make wheels)")
-    for t, ws in by_tag.items():
-        if len(ws) > 1:
-            problems.append(f"several wheels for {t}: {', '.join(w.name for w in ws)}")
-        if t not in want:
-            problems.append(f"{ws[0].name} is for {t}, which the pins do not release")
-    if problems:
-        raise ReleaseError("refusing to publish: " + "; ".join(problems))
-    return wheels
-
-
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
             repository_url: str | None = None) -> int:
-    wheels = check_set(outdir, pins)
+    """The gate over both packages, then `twine upload` of OUTDIR's fastmace-oeq-ext wheels only."""
+    ours, oeq = check_set(outdir, pins)
     bad = []
-    for w in wheels:
-        v = verify.verify_wheel(w)  # includes twine check --strict
-        print(f"{'OK  ' if v.ok else 'FAIL'} {w.name}" + ("" if v.ok else ": " + "; ".join(v.problems)))
+    for w in ours + oeq:
+        v = (verify.verify_wheel(w, pins) if w in ours else verify.verify_oeq_binary(w, pins))
+        print(f"{'OK  ' if v.ok else 'FAIL'} {w.name}")
+        for problem in v.problems:
+            print(f"     - {problem}")
         if not v.ok:
             bad.append(w.name)
     if bad:
-        raise ReleaseError(f"refusing to publish: {len(bad)} wheel(s) failed verification")
-    sums = write_sha256sums(wheels, outdir)
+        raise ReleaseError(f"refusing to publish: {len(bad)} wheel(s) failed verification: {', '.join(bad)}")
+    sums = write_sha256sums(ours + oeq, extra_dir(outdir))
     print(f"wrote {sums}")
+    target = redact(repository_url) if repository_url else (repository or "pypi")
     if dry_run:
-        print(f"dry run: would upload {len(wheels)} wheel(s) to {repository_url or repository or 'pypi'}")
+        print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
+              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its index only")
         return 0
-    if not _has_credentials():
-        raise ReleaseError("refusing to publish: no upload credentials. Set TWINE_PASSWORD (a PyPI API token, "
-                           "TWINE_USERNAME=__token__) or store one in the keyring for twine; nothing was uploaded")
     cmd = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
     if repository_url:
         cmd += ["--repository-url", repository_url]
     elif repository:
         cmd += ["--repository", repository]
-    # twine reads the credentials itself (environment or keyring); they are never passed, printed or logged here.
-    proc = subprocess.run(cmd + [str(w) for w in wheels])
+    # twine finds the credentials itself (environment, ~/.pypirc, keyring, trusted publishing);
+    # they are never passed, printed or logged here. Without any it refuses and uploads nothing.
+    proc = subprocess.run(cmd + [str(w) for w in ours])
     if proc.returncode != 0:
-        raise ReleaseError("twine upload failed (see its output above)")
+        raise ReleaseError("twine upload failed (see its output above); fix the credentials or the repository")
     return 0
-
-
-def _has_credentials() -> bool:
-    if os.environ.get("TWINE_PASSWORD"):
-        return True
-    try:  # twine's other source: the keyring, for its default user name
-        import keyring
-        return keyring.get_password("https://upload.pypi.org/legacy/", os.environ.get("TWINE_USERNAME", "__token__")) is not None
-    except Exception:
-        return False

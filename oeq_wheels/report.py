@@ -1,40 +1,33 @@
-"""Progress lines and the closing table."""
+"""REPORT.json and REPORT.md: what one build made, from what, and how long it took."""
 from __future__ import annotations
 
-import sys
-import threading
-import time
+import json
+import os
+from pathlib import Path
 
-_lock = threading.Lock()
-
-
-def say(msg: str) -> None:
-    with _lock:
-        print(msg, file=sys.stderr, flush=True)
+from packaging.utils import parse_wheel_filename
 
 
-class Stage:
-    """`with Stage("cp312", "compile"):` prints one line with the elapsed seconds."""
-
-    def __init__(self, who: str, stage: str, timings: dict | None = None):
-        self.who, self.stage, self.timings, self.note = who, stage, timings, ""
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        dt = time.monotonic() - self.t0
-        if self.timings is not None:
-            self.timings[self.stage] = round(dt, 2)
-        status = "FAILED" if exc_type else "ok"
-        say(f"[{self.who}] {self.stage:<8} {status} {dt:6.1f}s{('  ' + self.note) if self.note else ''}")
-        return False
-
-
-def table(rows: list[dict]) -> str:
-    head = ("wheel", "tag", "size", "sha256")
-    data = [(r["wheel"], r["tag"], f"{r['size'] / 1024:.0f} KiB", r["sha256"]) for r in rows]
-    widths = [max(len(h), *(len(d[i]) for d in data)) if data else len(h) for i, h in enumerate(head)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(d) for d in data])
+def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain) -> None:
+    entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
+    cps = sorted({next(iter(parse_wheel_filename(r["wheel"])[3])).interpreter for r in rows})
+    inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(cps) + pins.oeq_binary_inputs())]
+    data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
+            "oeq_binary_version": pins.oeq_binary.version(pins.oeq.version),
+            "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
+            "failures": failures, "inputs": inputs_}
+    lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name}) and openequivariance "
+             f"{data['oeq_binary_version']}", "",
+             f"Built with {toolchain.version} in {elapsed:.1f} s.", "",
+             "| wheel | tag (proven by auditwheel) | size | sha256 | seconds per stage |", "|---|---|---|---|---|"]
+    for r in rows:
+        stages = ", ".join(f"{k} {v}" for k, v in r["timings"].items())
+        lines.append(f"| {r['wheel']} | {r['tag']} | {r['size'] / 1024:.0f} KiB | `{r['sha256']}` | {stages} |")
+    for who, why in failures.items():
+        lines.append(f"| {who}: FAILED | | | | {why.splitlines()[0][:200]} |")
+    lines += ["", "## Inputs", "", "| file | sha256 |", "|---|---|"]
+    lines += [f"| {i['file']} | `{i['sha256']}` |" for i in inputs_]
+    for name, text in (("REPORT.json", json.dumps(data, indent=2) + "\n"), ("REPORT.md", "\n".join(lines) + "\n")):
+        tmp = where / f".{name}.{os.getpid()}.part"
+        tmp.write_text(text)
+        os.replace(tmp, where / name)

@@ -14,10 +14,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .errors import OeqWheelsError
+
 DRIVER_SYMBOL = re.compile(r"^cu[A-Z]\w*$")  # driver API; the runtime's are cuda*, cublas*
 
 
-class StubError(RuntimeError):
+class StubError(OeqWheelsError):
     pass
 
 

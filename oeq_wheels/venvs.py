@@ -28,7 +28,7 @@ def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], w
     """OEq 0.7.0's dependencies and its Python package (pure wheel from the sdist), then `wheels`,
     all without resolving against torch, which is already there."""
     py = str(venv / "bin" / "python")
-    oeq_whl = oeqpy.build(pins, workdir, cache)
+    oeq_whl = oeqpy.build_pure(pins, workdir, cache)
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", f"pybind11=={pins.pybind11.version}"],
                    check=True)

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repository root so that
+sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
 from oeq_wheels import build, pins as pins_mod, stub  # noqa: E402
+from oeq_wheels.files import default_cache  # noqa: E402
+from oeq_wheels.output import extra_dir  # noqa: E402
 
 
 def run_cli(*args, env=None, cwd=None):
-    e = dict(os.environ, PYTHONPATH=str(REPO))
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(RUNTIME)]))
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "oeq_wheels", *args], capture_output=True, text=True,
                           env=e, cwd=cwd or REPO)
@@ -23,7 +26,7 @@ def run_cli(*args, env=None, cwd=None):
 
 @pytest.fixture(scope="session")
 def cache() -> Path:
-    return build.default_cache()
+    return default_cache()
 
 
 @pytest.fixture(scope="session")
@@ -39,12 +42,20 @@ def fresh_object_cache(tmp_path_factory, cache) -> Path:
 
 @pytest.fixture(scope="session")
 def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
-    """A wheel built from scratch (real compile) for CPython 3.11."""
-    out = tmp_path_factory.mktemp("wheels")
+    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds cp311_oeq_wheel)."""
+    out = tmp_path_factory.mktemp("wheels") / "dist"
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
     assert not failures, failures
-    (row,) = rows
-    return out / row["wheel"]
+    assert len(rows) == 2
+    (whl,) = out.glob("*.whl")
+    return whl
+
+
+@pytest.fixture(scope="session")
+def cp311_oeq_wheel(cp311_wheel) -> Path:
+    """The binary openequivariance wheel for CPython 3.11, built beside cp311_wheel (in OUTDIR-extra)."""
+    (whl,) = extra_dir(cp311_wheel.parent).glob("openequivariance-*.whl")
+    return whl
 
 
 @pytest.fixture(scope="session")

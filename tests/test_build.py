@@ -1,6 +1,5 @@
 """A real build (compile, link, wheel) and the bad-input cases of the build command."""
 import hashlib
-import json
 import os
 import subprocess
 import zipfile
@@ -9,38 +8,44 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli
-from oeq_wheels import build, verify
+from fastmace_oeq_ext.manifest import Manifest
+from oeq_wheels import assemble, build, pins as P, verify
+from oeq_wheels.files import default_cache
+from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
 
 
 def test_wheel_contents_and_metadata(cp311_wheel):
-    assert cp311_wheel.name == "fastmace_oeq_ext-0.7.0.post1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert cp311_wheel.name == "fastmace_oeq_ext-0.7.0.post2-cp311-cp311-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(cp311_wheel) as zf:
         names = set(zf.namelist())
-        meta = zf.read("fastmace_oeq_ext-0.7.0.post1.dist-info/METADATA").decode()
-        manifest = json.loads(zf.read("fastmace_oeq_ext/manifest.json"))
+        meta = zf.read("fastmace_oeq_ext-0.7.0.post2.dist-info/METADATA").decode()
+        manifest = Manifest.from_json(zf.read("fastmace_oeq_ext/manifest.json").decode())
         lib = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")
         compiler = zf.read("fastmace_oeq_ext/BUILD_COMPILER.txt").decode()
-    assert {f"fastmace_oeq_ext/{n}" for n in verify.PACKAGE_FILES} <= names
+    # The runtime is a package of several modules: all of them ship.
+    assert {f"fastmace_oeq_ext/{n}" for n in assemble.package_files(P.load())} <= names
+    assert {"fastmace_oeq_ext/decision.py", "fastmace_oeq_ext/manifest.py", "fastmace_oeq_ext/hooks.py"} <= names
     assert "Requires-Dist: torch==2.14.1" in meta and "Requires-Dist: openequivariance==0.7.0" in meta
     assert "Requires-Python: ==3.11.*" in meta and "License-Expression: MIT AND BSD-3-Clause" in meta
-    assert manifest["library"]["sha256"] == hashlib.sha256(lib).hexdigest()
-    assert manifest["torch"] == {**manifest["torch"], "version": "2.14.1", "cuda": "13.0", "cxx11_abi": 1}
-    assert manifest["python"]["tag"] == "cp311" and manifest["platform"]["tag"] == "manylinux_2_28_x86_64"
-    assert manifest["openequivariance"]["sha256"] and len(manifest["cuda_wheels"]) == 7
-    assert manifest["compiler"]["version"] in compiler and "-std=c++20" in compiler
+    assert manifest.library_sha256 == hashlib.sha256(lib).hexdigest()
+    assert (manifest.torch_version, manifest.torch_local, manifest.cuda, manifest.cxx11_abi) == ("2.14.1", "cu130", "13.0", 1)
+    assert manifest.python_tag == "cp311" and manifest.platform_tag == "manylinux_2_28_x86_64"
+    assert manifest.oeq_sdist.sha256 == P.load().oeq.sha256 and len(manifest.cuda_wheels) == 7
+    assert manifest.compiler in compiler and "-std=c++20" in compiler
 
 
 def test_library_links_right_and_is_clean(cp311_wheel):
     with zipfile.ZipFile(cp311_wheel) as zf:
         lib = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")
     facts = verify.elf_facts(lib)
+    pins = P.load()
     assert facts["runpath"] == "$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib"
-    assert verify.TORCH_NEEDED | verify.CUDA_NEEDED <= set(facts["needed"])
+    assert pins.torch_needed | pins.cuda_needed <= set(facts["needed"])
     assert not any(n.startswith("libpython") for n in facts["needed"])
     assert facts["stripped"]
-    for p in (str(Path.home()), str(build.default_cache()), "/tmp/", str(REPO)):
+    for p in (str(Path.home()), str(default_cache()), "/tmp/", str(REPO)):
         assert p.encode() not in lib, p
 
 
@@ -49,7 +54,7 @@ def test_verify_cli_passes_and_auditwheel_proves_2_28(cp311_wheel):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK" in r.stdout and "manylinux_2_2" in r.stdout
     report = verify.audit(cp311_wheel)
-    tag, problems = verify.proven_tag(report)
+    tag, problems = verify.proven_tag(report, verify.external_ok(P.load()))
     assert not problems and verify.manylinux_version(tag) <= (2, 28)
 
 
@@ -99,7 +104,7 @@ def test_flags_match_torch_own_recipe(torch_venv, cache):
     from oeq_wheels import compile as cc, inputs, pins as P
     pins = P.load()
     pin = pins.matrix.torch_wheel("cp311")
-    root = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache)
+    root = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache, pins.torch_needed)
     code = ("import torch, torch.utils.cpp_extension as ce, inspect;"
             "src = inspect.getsource(ce._write_ninja_file_to_build_library);"
             "import re; print(re.search(r\"'-fPIC', '-std=(c\\+\\+\\d+)'\", src).group(1));"
@@ -125,9 +130,9 @@ def test_outdir_created_or_refused(tmp_path):
     assert build.prepare_outdir(out).is_dir()
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(build.BuildError, match="cannot create"):
+    with pytest.raises(build.UsageError, match="cannot create"):
         build.prepare_outdir(f / "sub")
-    with pytest.raises(build.BuildError, match="not writable"):
+    with pytest.raises(build.UsageError, match="not writable"):
         build.prepare_outdir(Path("/proc"))  # root ignores file modes; /proc refuses everyone
 
 
@@ -137,7 +142,7 @@ def test_existing_different_wheel_refused_unless_force(tmp_path, cp311_wheel, fr
     squatter = out / cp311_wheel.name
     squatter.write_bytes(b"not the same wheel")
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
-    assert not rows and "already exists with different content" in failures["cp311"]
+    assert "already exists with different content" in failures["fastmace-oeq-ext cp311"]
     assert squatter.read_bytes() == b"not the same wheel"
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache, force=True)
     assert not failures and squatter.read_bytes() == cp311_wheel.read_bytes()
@@ -154,7 +159,11 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fre
     env = {"CXX": str(wrapper), "OEQ_WHEELS_CACHE": str(fresh_object_cache)}
     r = run_cli("build", "--python", "3.11,3.12", str(out), env=env)
     assert r.returncode == 1, r.stderr
-    assert "[cp312] FAILED" in r.stderr and "injected failure" in r.stderr
+    assert "[fastmace-oeq-ext cp312] FAILED" in r.stderr and "injected failure" in r.stderr
+    assert "[openequivariance cp312] FAILED" in r.stderr
     assert sorted(p.name for p in out.glob("*.whl")) == [cp311_wheel.name]
-    assert not [p for p in out.iterdir() if p.name.endswith(".part")]
-    assert "cp312: FAILED" in (out / "REPORT.md").read_text()
+    assert sorted(p.name for p in extra_dir(out).glob("*.whl")) == \
+        [p.name for p in extra_dir(cp311_wheel.parent).glob("*.whl")]
+    assert not [p for p in (*out.iterdir(), *extra_dir(out).iterdir()) if p.name.endswith(".part")]
+    assert "fastmace-oeq-ext cp312: FAILED" in (extra_dir(out) / "REPORT.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR: distributions only

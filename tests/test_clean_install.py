@@ -17,7 +17,7 @@ def test_judge_passes_only_when_everything_holds():
     assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "status": {"state": "built"}}, "", False).ok
     assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "ops": ["a"]}, "", False).ok
     v = judge(0, DOCTOR_OK, GOOD_SMOKE, "g++ -c x.cpp\n", False)
-    assert not v.ok and "g++ -c x.cpp" in v.reasons[0]
+    assert not v.ok and "g++ -c x.cpp" in v.problems[0]
     assert not judge(0, DOCTOR_OK, GOOD_SMOKE, "", gpu=True).ok  # on a GPU the forward must run
 
 
@@ -32,5 +32,5 @@ def test_clean_install_passes_with_compilers_removed(cp311_wheel):
                        capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1," in out
+    assert "doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post2," in out
     assert "PASS: prebuilt host extension, no compiler or build tool called" in out

@@ -45,13 +45,18 @@ def test_docker_runner_builds_the_same_wheel_as_the_host(standin, cache, cp311_w
     before = git_status()
     env = seeded_env(standin, cache, "work-a")
     out = tmp_path / "out"
-    r = subprocess.run([BUILD, "--python", "3.11", str(out)], env=env, capture_output=True, text=True, timeout=1200)
+    # OUTDIR first, options after: the container runner finds OUTDIR wherever it stands.
+    r = subprocess.run([BUILD, str(out), "--python", "3.11"], env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-4000:]
     image = [l for l in (REPO / "docker/IMAGE").read_text().splitlines() if not l.startswith("#")][0]
     assert f"image {image}" in r.stderr
     (whl,) = out.glob("*.whl")
     assert whl.name == cp311_wheel.name
     assert whl.read_bytes() == cp311_wheel.read_bytes()  # same bytes as the host runner's build
+    from oeq_wheels.output import extra_dir
+    (oeq,) = extra_dir(out).glob("openequivariance-*.whl")
+    (host_oeq,) = extra_dir(cp311_wheel.parent).glob("openequivariance-*.whl")
+    assert oeq.read_bytes() == host_oeq.read_bytes()
     v = verify.verify_wheel(whl)
     assert v.ok, v.problems
     assert not list(out.glob(".incoming*"))

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from oeq_wheels.cudaflags import wheel_build_flags
+from fastmace_oeq_ext.cudaflags import wheel_build_flags
 
 
 def _touch(p: Path):
@@ -62,7 +62,7 @@ def test_cu12_layout(tmp_path):
 
 
 def test_cu13_without_crt_headers_is_incomplete(tmp_path):
-    from oeq_wheels.cudaflags import missing_cu13_parts
+    from fastmace_oeq_ext.cudaflags import missing_cu13_parts
     make_cu13(tmp_path)
     (tmp_path / "nvidia/cu13/include/crt/host_defines.h").unlink()
     assert wheel_build_flags(tmp_path, driver_dir=str(tmp_path)) is None

@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from oeq_wheels import build, pins as P, release
+from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
 
@@ -19,92 +20,122 @@ def only_cp311(pins):
     return dataclasses.replace(pins, matrix=dataclasses.replace(pins.matrix, pythons=("3.11",)))
 
 
-def test_incomplete_set_is_refused(cp311_wheel, tmp_path):
-    shutil.copy(cp311_wheel, tmp_path)
-    with pytest.raises(release.ReleaseError, match=r"incomplete set: no wheel for cp310, cp312, cp313"):
-        release.publish(tmp_path, None, True, P.load())
-    assert not (tmp_path / "SHA256SUMS").exists()
+def release_dir(tmp_path, wheel, oeq_wheel):
+    """A build's output as the release sees it: OUTDIR and OUTDIR-extra."""
+    out = tmp_path / "dist"
+    out.mkdir(parents=True)
+    extra_dir(out).mkdir()
+    if wheel is not None:
+        shutil.copy(wheel, out)
+    if oeq_wheel is not None:
+        shutil.copy(oeq_wheel, extra_dir(out))
+    return out
 
 
-def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, tmp_path, capsys):
-    shutil.copy(cp311_wheel, tmp_path)
-    assert release.publish(tmp_path, None, True, only_cp311(P.load())) == 0
-    line = (tmp_path / "SHA256SUMS").read_text()
-    assert line == f"{hashlib.sha256(cp311_wheel.read_bytes()).hexdigest()}  {cp311_wheel.name}\n"
-    r = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0 and ": OK" in r.stdout
-    assert "dry run: would upload 1 wheel(s)" in capsys.readouterr().out
+def test_incomplete_set_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    with pytest.raises(release.ReleaseError, match=r"incomplete fastmace-oeq-ext set: no wheel for cp310, cp312, cp313"):
+        release.publish(out, None, True, P.load())
+    assert not (extra_dir(out) / "SHA256SUMS").exists()
+    out2 = release_dir(tmp_path / "b", cp311_wheel, None)
+    with pytest.raises(release.ReleaseError, match=r"incomplete openequivariance set: no wheel for cp311"):
+        release.publish(out2, None, True, only_cp311(P.load()))
 
 
-def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel, tmp_path):
+def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    assert release.publish(out, None, True, only_cp311(P.load())) == 0
+    sums = (extra_dir(out) / "SHA256SUMS").read_text()
+    for w in (cp311_wheel, cp311_oeq_wheel):
+        assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
+    r = subprocess.run(["sha256sum", "-c", str(extra_dir(out) / "SHA256SUMS")], cwd=extra_dir(out),
+                       capture_output=True, text=True)
+    assert ": OK" in r.stdout  # the OEq wheel sits beside SHA256SUMS
+    printed = capsys.readouterr().out
+    assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
+    assert "1 openequivariance wheel(s) go to the GitHub release" in printed
+    assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
+
+
+def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
     from wheel.wheelfile import WheelFile
     unpacked = tmp_path / "u"
     with zipfile.ZipFile(cp311_wheel) as zf:
         zf.extractall(unpacked)
     lib = unpacked / "fastmace_oeq_ext" / "libtorch_tp_jit.so"
     lib.write_bytes(lib.read_bytes() + b"\0")  # RECORD rewritten, manifest left as it was
-    out = tmp_path / "out"
-    out.mkdir()
+    out = release_dir(tmp_path, None, cp311_oeq_wheel)
     with WheelFile(out / cp311_wheel.name, "w") as wf:
         wf.write_files(str(unpacked))
     with pytest.raises(release.ReleaseError, match="failed verification"):
         release.publish(out, None, True, only_cp311(P.load()))
 
 
-def test_tampered_wheel_is_refused(cp311_wheel, tmp_path):
-    bad = tmp_path / cp311_wheel.name
+def test_tampered_wheel_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
+    out = release_dir(tmp_path, None, cp311_oeq_wheel)
+    bad = out / cp311_wheel.name
     with zipfile.ZipFile(cp311_wheel) as zin, zipfile.ZipFile(bad, "w") as zout:
         for info in zin.infolist():
             data = zin.read(info)
             zout.writestr(info, data + b"# edited\n" if info.filename.endswith("__init__.py") else data)
     with pytest.raises(release.ReleaseError, match="failed verification"):
-        release.publish(tmp_path, None, True, only_cp311(P.load()))
+        release.publish(out, None, True, only_cp311(P.load()))
 
 
-def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, tmp_path, monkeypatch):
-    shutil.copy(cp311_wheel, tmp_path)
-    monkeypatch.delenv("TWINE_PASSWORD", raising=False)
+def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, cp311_oeq_wheel, tmp_path, monkeypatch):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    for k in [k for k in os.environ if k.startswith("TWINE_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    calls = []
-    real_run = subprocess.run
-    monkeypatch.setattr(release.subprocess, "run",
-                        lambda cmd, *a, **k: calls.append(cmd) if "upload" in cmd else real_run(cmd, *a, **k))
-    with pytest.raises(release.ReleaseError, match="no upload credentials"):
-        release.publish(tmp_path, None, False, only_cp311(P.load()), repository_url="http://127.0.0.1:9/")
-    assert not any("upload" in c for c in calls)
+    with pytest.raises(release.ReleaseError, match="twine upload failed"):
+        release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/")
+
+
+def test_dry_run_never_prints_a_password(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    release.publish(out, None, True, only_cp311(P.load()), repository_url="https://user:s3cret@example.invalid/x/")
+    printed = capsys.readouterr().out
+    assert "s3cret" not in printed and "https://user:***@example.invalid/x/" in printed
 
 
 def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
-    shutil.copy(cp311_wheel, tmp_path)
+    out = release_dir(tmp_path, cp311_wheel, None)
+    (out / "garbage.whl").write_text("not a wheel")
     from conftest import run_cli
-    r = run_cli("publish", str(tmp_path), "--dry-run")
-    assert r.returncode == 2 and "incomplete set" in r.stderr
+    r = run_cli("publish", str(out), "--dry-run")
+    assert r.returncode == 2 and "incomplete fastmace-oeq-ext set" in r.stderr
+    assert "garbage.whl is not a valid wheel file name" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_index_is_usable_by_pip(cp311_wheel, tmp_path):
-    shutil.copy(cp311_wheel, tmp_path)
-    simple = release.write_index(tmp_path, P.load())
-    page = (simple / "fastmace-oeq-ext" / "index.html").read_text()
-    assert cp311_wheel.name in page and "#sha256=" in page
+def test_index_serves_the_binary_oeq_to_pip(cp311_wheel, cp311_oeq_wheel, tmp_path):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    simple = release.write_index(out, only_cp311(P.load()))
+    assert simple == extra_dir(out) / "simple"
+    page = (simple / "openequivariance" / "index.html").read_text()
+    assert cp311_oeq_wheel.name in page and "#sha256=" in page
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     dl = tmp_path / "dl"
+    # `openequivariance==0.7.0` is what fastmace-oeq-ext requires: the local rebuild satisfies it.
     r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
-                        "--index-url", simple.as_uri(), "-d", str(dl), "fastmace-oeq-ext==0.7.0.post1"],
+                        "--index-url", simple.as_uri(), "-d", str(dl), "openequivariance==0.7.0"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert (dl / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
+    assert (dl / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
 
 
-def test_reproducible_two_builds_same_bytes(cp311_wheel, tmp_path, cache):
+def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):
     """A second, independent build (other output directory, other object cache, later) is byte-identical."""
     other = tmp_path / "objects-cache"
     for sub in ("downloads", "extract"):
         (other / sub).parent.mkdir(parents=True, exist_ok=True)
         (other / sub).symlink_to(cache / sub)
-    rows, failures = build.run(tmp_path / "again", ["3.11"], cache=other)
+    again = tmp_path / "again"
+    rows, failures = build.run(again, ["3.11"], cache=other)
     assert not failures
-    assert (tmp_path / "again" / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
-    report = (tmp_path / "again" / "REPORT.md").read_text()
-    assert cp311_wheel.name in report and P.load().oeq.sha256 in report
+    assert (again / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
+    assert (extra_dir(again) / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
+    report = (extra_dir(again) / "REPORT.md").read_text()
+    assert cp311_wheel.name in report and cp311_oeq_wheel.name in report and P.load().oeq.sha256 in report

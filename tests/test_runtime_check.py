@@ -1,33 +1,34 @@
 """fastmace_oeq_ext.check(): every mismatch has its own reason (no torch or OEq needed)."""
+import dataclasses
 import hashlib
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from conftest import REPO
-
-spec = importlib.util.spec_from_file_location("fastmace_oeq_ext_under_test",
-                                              REPO / "runtime" / "fastmace_oeq_ext" / "__init__.py")
-rt = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = rt
-spec.loader.exec_module(rt)
+import fastmace_oeq_ext as rt
+from fastmace_oeq_ext.manifest import Input, Manifest, ManifestError
 
 GOOD_ENV = {"torch_version": "2.14.1+cu130", "torch_cuda": "13.0", "cxx11_abi": 1, "oeq_version": "0.7.0",
             "python_tag": "cp311", "system": "Linux", "machine": "x86_64"}
+
+
+def make_manifest(lib_sha256: str, **change) -> Manifest:
+    pin = Input("x", "1", "x-1.whl", "0" * 64)
+    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post2", oeq_version="0.7.0", oeq_sdist=pin,
+                 torch_version="2.14.1", torch_local="cu130", cuda="13.0", cxx11_abi=1, torch_git_version="abc",
+                 torch_wheel=pin, python_tag="cp311", python_built_with="3.11.7", platform_tag="manylinux_2_28_x86_64",
+                 library="libtorch_tp_jit.so", library_sha256=lib_sha256, extension_name="libtorch_tp_jit",
+                 cuda_wheels=(pin,), pybind11=pin, compiler="g++ 12", cxx_std="c++20", flags=("-O3",),
+                 matrix="torch-2.14.1")
+    return dataclasses.replace(m, **change)
 
 
 @pytest.fixture
 def manifest(tmp_path):
     lib = tmp_path / "libtorch_tp_jit.so"
     lib.write_bytes(b"\x7fELF pretend library")
-    m = {"package": {"name": "fastmace-oeq-ext", "version": "0.7.0.post1"},
-         "torch": {"version": "2.14.1", "cuda": "13.0", "cxx11_abi": 1},
-         "openequivariance": {"version": "0.7.0"}, "python": {"tag": "cp311"},
-         "library": {"file": lib.name, "sha256": hashlib.sha256(lib.read_bytes()).hexdigest()}}
     path = tmp_path / "manifest.json"
-    path.write_text(json.dumps(m))
+    path.write_text(make_manifest(hashlib.sha256(lib.read_bytes()).hexdigest()).to_json())
     return path
 
 
@@ -80,7 +81,111 @@ def test_missing_and_corrupt_manifest(tmp_path):
 def test_prebuilt_mode_values(monkeypatch):
     for val, mode in (("", "auto"), ("0", "never"), ("1", "require")):
         monkeypatch.setenv("FASTMACE_OEQ_PREBUILT", val)
-        assert rt._mode() == mode
+        assert rt.prebuilt_mode() == mode
     monkeypatch.setenv("FASTMACE_OEQ_PREBUILT", "yes")
     with pytest.raises(ValueError, match="FASTMACE_OEQ_PREBUILT"):
-        rt._mode()
+        rt.prebuilt_mode()
+
+
+def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
+    m = Manifest.from_json(manifest.read_text())
+    assert Manifest.from_json(m.to_json()) == m
+    good = json.loads(manifest.read_text())
+    for field, bad in [("library", {}), ("library", 7), ("library_sha256", None), ("cxx11_abi", "1"),
+                       ("cuda_wheels", {}), ("cuda_wheels", [{"name": "x"}]), ("flags", [1]), ("schema", 1),
+                       ("torch_wheel", "torch.whl"), ("package", "")]:
+        manifest.write_text(json.dumps({**good, field: bad}))
+        d = rt.check(manifest, GOOD_ENV)  # never raises
+        assert not d.usable and d.reason.startswith("manifest unreadable") and field.split("[")[0] in d.reason, d
+        with pytest.raises(ManifestError):
+            Manifest.from_json(manifest.read_text())
+    manifest.write_text(json.dumps({k: v for k, v in good.items() if k != "package"}))
+    assert "'package' missing" in rt.check(manifest, GOOD_ENV).reason
+
+
+def test_a_local_rebuild_of_the_same_oeq_release_matches(manifest):
+    assert rt.check(manifest, {**GOOD_ENV, "oeq_version": "0.7.0+oeqwheels.cu13.1"}).usable
+    assert not rt.check(manifest, {**GOOD_ENV, "oeq_version": "0.7.1+oeqwheels.cu13.1"}).usable
+
+
+# ---- resolve(): the one decision behind activate(), status() and the doctor --------------
+
+def env_with(tmp_path, **change):
+    """Facts as resolve.environment() reports them, for a machine without a CUDA toolkit."""
+    env = {**GOOD_ENV, "torch_version": "2.14.1+cu130", "torch_hip": None, "torch_site": str(tmp_path / "site"),
+           "oeq_extlib": None, "oeq_jit_forced": False, "cuda_home": None, "cuda_home_usable": False,
+           "tools": {"g++": "/usr/bin/g++", "ninja": "/usr/bin/ninja"}, "from_wheels": "auto"}
+    env.update(change)
+    return env
+
+
+def oeq_with_stable_extension(tmp_path):
+    extlib = tmp_path / "openequivariance" / "_torch" / "extlib"
+    extlib.mkdir(parents=True)
+    (extlib / "liboeq_stable_cuda_aoti.so").write_bytes(b"")
+    (extlib / "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    return extlib
+
+
+def test_oeq_precompiled_comes_first(tmp_path, manifest):
+    extlib = oeq_with_stable_extension(tmp_path)
+    res = rt.resolve(env_with(tmp_path, oeq_extlib=extlib), environ={}, manifest_path=manifest)
+    assert res.chosen.name == "oeq-precompiled" and res.chosen.path.endswith("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so")
+    assert [c.name for c in res.candidates] == ["oeq-precompiled"]
+    # FASTMACE_OEQ_PREBUILT=1 asks that nothing be compiled: OEq's own extension compiles nothing either.
+    assert rt.resolve(env_with(tmp_path, oeq_extlib=extlib), environ={"FASTMACE_OEQ_PREBUILT": "1"},
+                      manifest_path=manifest).chosen.name == "oeq-precompiled"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"oeq_jit_forced": True}, "OEQ_JIT_EXTENSION=1"),
+    ({"torch_version": "2.9.1+cu128"}, "older than 2.10"),
+    ({"torch_hip": "6.4"}, "HIP build"),
+])
+def test_oeq_precompiled_refused_when_oeq_would_not_load_it(tmp_path, manifest, change, words):
+    extlib = oeq_with_stable_extension(tmp_path)
+    res = rt.resolve(env_with(tmp_path, oeq_extlib=extlib, **change), environ={}, manifest_path=manifest)
+    first = res.candidates[0]
+    assert first.name == "oeq-precompiled" and not first.taken and words in first.reason
+
+
+def test_prebuilt_then_its_refusal_then_the_fallbacks(tmp_path, manifest):
+    res = rt.resolve(env_with(tmp_path), environ={}, manifest_path=manifest)
+    assert [(c.name, c.taken) for c in res.candidates] == [("oeq-precompiled", False), ("prebuilt", True)]
+    assert res.chosen.path == str(manifest.parent / "libtorch_tp_jit.so")
+    # A different torch: the prebuilt is refused with its reason, the NVIDIA wheels are missing
+    # here, and torch's CUDA_HOME has no headers: nothing is taken, and every reason is kept.
+    res = rt.resolve(env_with(tmp_path, torch_version="2.15.0+cu130"), environ={}, manifest_path=manifest)
+    assert res.chosen is None and [c.name for c in res.candidates] == \
+        ["oeq-precompiled", "prebuilt", "nvidia-wheels", "host-toolchain"]
+    assert "torch 2.15.0+cu130 installed" in res.candidates[1].reason
+    assert "has no CUDA headers" in res.candidates[3].reason
+    # A toolkit with headers: the host toolchain is taken.
+    home = tmp_path / "cuda"
+    (home / "include").mkdir(parents=True)
+    res = rt.resolve(env_with(tmp_path, torch_version="2.15.0+cu130", cuda_home=str(home), cuda_home_usable=True),
+                     environ={}, manifest_path=manifest)
+    assert res.chosen.name == "host-toolchain" and "g++ /usr/bin/g++" in res.chosen.reason
+
+
+def test_required_prebuilt_that_cannot_be_used_is_an_error(tmp_path, manifest):
+    res = rt.resolve(env_with(tmp_path, python_tag="cp312"), environ={"FASTMACE_OEQ_PREBUILT": "1"},
+                     manifest_path=manifest)
+    assert res.chosen is None and "FASTMACE_OEQ_PREBUILT=1" in res.error and "cp312" in res.error
+    res = rt.resolve(env_with(tmp_path), environ={"FASTMACE_OEQ_PREBUILT": "0"}, manifest_path=manifest)
+    assert res.candidates[1].reason == "FASTMACE_OEQ_PREBUILT=0"
+
+
+def test_doctor_json_and_help(tmp_path):
+    import subprocess
+    import sys
+    from conftest import RUNTIME
+    env = {**__import__("os").environ, "PYTHONPATH": str(RUNTIME)}
+    r = subprocess.run([sys.executable, "-m", "fastmace_oeq_ext", "--help"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "--json" in r.stdout and "host extension:" not in r.stdout  # help, not the doctor
+    r = subprocess.run([sys.executable, "-m", "fastmace_oeq_ext", "--json"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env)
+    out = json.loads(r.stdout)
+    assert r.returncode in (0, 1) and [c["name"] for c in out["candidates"]][:2] == ["oeq-precompiled", "prebuilt"]
+    assert all(c["reason"] for c in out["candidates"])

@@ -104,7 +104,7 @@ def _copy_package(venv, dest, edit):
 
 def test_required_but_mismatched_raises_and_compiles_nothing(oeq_venv, sentinels, tmp_path):
     shadow = tmp_path / "shadow"
-    _copy_package(oeq_venv, shadow, lambda d: d["python"].update(tag="cp312"))
+    _copy_package(oeq_venv, shadow, lambda d: d.update(python_tag="cp312"))
     res = probe(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "1", "PYTHONPATH": str(shadow)}, tmp_path, sentinels[0])
     assert res["error"].startswith("PrebuiltUnavailable") and "library built for cp312" in res["error"]
     assert not sentinels[1].exists() and not (tmp_path / "torch_extensions").exists()
@@ -150,9 +150,9 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     assert res["status"]["state"] == "skipped"
     assert "pip install nvidia-cuda-cccl==13.0.85 nvidia-cuda-crt==13.0.88" in res["status"]["reason"]
     # ... and we install exactly those, by hash, from the pinned cache.
-    from oeq_wheels import build as b, fetch, pins as P
+    from oeq_wheels import fetch, files, pins as P
     pins = [n for n in P.load().matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
-    paths = fetch.ensure(pins, b.default_cache())
+    paths = fetch.ensure(pins, files.default_cache())
     req = tmp_path / "headers.txt"
     req.write_text("".join(f"{paths[p.file]} --hash=sha256:{p.sha256}\n" for p in pins))
     subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
@@ -181,13 +181,22 @@ def doctor(venv, env_extra, path=None):
                           text=True, env=env, cwd="/")
 
 
-def test_doctor_lines(oeq_venv):
+def test_doctor_lines(oeq_venv, tmp_path):
     r = doctor(oeq_venv, {})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.startswith("host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1, ")
-    assert r.stdout.rstrip().endswith("libtorch_tp_jit.so); no compiler needed")
-    r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0"})
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("host extension: prebuilt (fastmace-oeq-ext 0.7.0.post2, ")
+    assert first.endswith("libtorch_tp_jit.so); no compiler needed")
+    assert "  taken    prebuilt: matches torch 2.14.1+cu130" in r.stdout  # the trace of every candidate
+    assert "  refused  oeq-precompiled: OpenEquivariance 0.7.0 has no precompiled extension" in r.stdout
+    toolkit = tmp_path / "cuda"  # a CUDA toolkit with headers, as torch's CUDA_HOME
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_runtime_api.h").write_text("")
+    r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0", "CUDA_HOME": str(toolkit)})
     assert r.returncode == 0 and "host extension: built with the host toolchain (g++ " in r.stdout
     assert "prebuilt not used: FASTMACE_OEQ_PREBUILT=0" in r.stdout
-    r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0"}, path=str(oeq_venv / "bin"))  # ninja, no g++
-    assert r.returncode == 1 and "missing: g++" in r.stdout
+    r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0", "CUDA_HOME": str(toolkit)}, path=str(oeq_venv / "bin"))
+    assert r.returncode == 1 and "missing: g++" in r.stdout  # ninja, no g++
+    r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0", "CUDA_HOME": str(tmp_path / "no-headers"),
+                          "OEQ_CUDA_FROM_WHEELS": "0"})
+    assert r.returncode == 1 and "has no CUDA headers" in r.stdout  # says why instead of promising a build

@@ -60,3 +60,16 @@ def test_the_linters_catch_a_bad_workflow(tmp_path):
     (d / "broken.yml").write_text("on: push\njobs:\n  x:\n    steps: []\n")
     a = subprocess.run([tool("actionlint"), str(d / "broken.yml")], capture_output=True, text=True)
     assert a.returncode != 0 and "runs-on" in a.stdout
+
+
+def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels_and_index():
+    text = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    build, rest = text.split("\n  publish-pypi:", 1)
+    pypi, gh = rest.split("\n  github-release:", 1)
+    # PyPI gets the `wheels` artifact, which holds dist/*.whl (fastmace-oeq-ext) only.
+    assert "name: wheels\n          path: dist/*.whl" in build and "name: wheels" in pypi
+    assert "oeq-wheels" not in pypi and "dist-extra" not in pypi
+    # The binary OEq wheels, SHA256SUMS and the index are built, kept and attached to the release.
+    assert "path: dist-extra/*.whl" in build and "make index" in build and "simple-index.tar.gz" in build
+    assert "make install-matrix" in build  # plain pip and uv installs before anything is published
+    assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/simple-index.tar.gz" in gh

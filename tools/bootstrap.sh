@@ -4,7 +4,7 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
-REQ="$REPO/requirements/${1:-test}.txt"
+
 
 find_base_python() {
   local c

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""GPU proof for a fastmace-oeq-ext wheel: OEq with the prebuilt library against e3nn.
+"""GPU proof: OEq's host extension from our wheels against e3nn, through both paths.
 
-Run on a machine with an NVIDIA GPU, torch (CUDA 13), e3nn, the matching
-fastmace-oeq-ext wheel and OpenEquivariance's Python package installed:
+Run on a machine with an NVIDIA GPU, torch (CUDA 13), e3nn, the binary
+openequivariance wheel and the matching fastmace-oeq-ext wheel installed:
 
     python tools/gpu_check.py --out results.json      # prints a markdown table
 
-Each check runs in a fresh process with g++, c++, ninja and nvcc shadowed by
-failing sentinels and FASTMACE_OEQ_PREBUILT=1, so nothing can be compiled on
-the host. TensorProduct forward, backward and double backward and
-TensorProductConv forward and backward are compared with e3nn in float32 and
-float64 (max abs error against OEq's tolerances). Cold start: fresh process to
-first forward result with the prebuilt vs OEq's own JIT build (empty cache).
+Two paths are checked, each in fresh processes with g++, c++, ninja and nvcc
+shadowed by failing sentinels and FASTMACE_OEQ_PREBUILT=1, so nothing can be
+compiled on the host:
+  stable    OEq loads its own precompiled stable-ABI extension (our binary OEq wheel);
+  prebuilt  OEQ_JIT_EXTENSION=1 sends OEq down its JIT path, which fastmace_oeq_ext
+            serves with the exact-match prebuilt libtorch_tp_jit.so.
+TensorProduct forward, backward and double backward and TensorProductConv forward
+and backward are compared with e3nn in float32 and float64 (max abs error against
+OEq's tolerances); the two paths are also compared with each other on the same
+inputs. Cold start: fresh process to first forward result for each path and for
+OEq's own JIT build (empty cache, real compilers).
 """
 from __future__ import annotations
 
@@ -105,8 +110,11 @@ else:
         xs = [t.clone().requires_grad_(True) for t in (X, Y, W)]
         bw.append(torch.autograd.grad(f(*xs), xs, G))
     res["errors"]["bwd"] = max(err(a, b) for a, b in zip(*bw))
+    if spec.get("dump"):
+        torch.save({"fwd": Z, "bwd": bw[0]}, spec["dump"])
 res["status"] = fastmace_oeq_ext.status()
 res["library"] = extlib.extension_module.__file__
+res["precompiled"] = extlib.USE_PRECOMPILED_EXTENSION
 print("RESULT " + json.dumps(res))
 """
 
@@ -116,7 +124,7 @@ t0 = time.perf_counter()
 if sys.argv[1] == "torch":
     import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 else:
-    if sys.argv[1] == "prebuilt":
+    if sys.argv[1] in ("prebuilt", "stable"):
         import fastmace_oeq_ext; fastmace_oeq_ext.activate()
     import torch, openequivariance as oeq
     from openequivariance._torch import extlib
@@ -131,14 +139,21 @@ print("SECONDS", time.perf_counter() - t0)
 """
 
 
-def sentinel_env(tmp: Path, log: Path) -> dict:
+# What each path expects from fastmace_oeq_ext.status() and OEq's extlib.
+PATHS = {"stable": ("oeq-precompiled", True), "prebuilt": ("prebuilt", False)}
+
+
+def sentinel_env(tmp: Path, log: Path, path: str) -> dict:
     d = tmp / "sentinels"
     d.mkdir(exist_ok=True)
     for tool in ("g++", "c++", "ninja", "nvcc"):
         (d / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\nexit 1\n')
         (d / tool).chmod(0o755)
-    return dict(os.environ, PATH=f"{d}{os.pathsep}{os.environ['PATH']}", FASTMACE_OEQ_PREBUILT="1",
-                TORCH_EXTENSIONS_DIR=str(tmp / "ext"))
+    env = dict(os.environ, PATH=f"{d}{os.pathsep}{os.environ['PATH']}", FASTMACE_OEQ_PREBUILT="1",
+               TORCH_EXTENSIONS_DIR=str(tmp / "ext"))
+    if path == "prebuilt":
+        env["OEQ_JIT_EXTENSION"] = "1"  # OEq skips its stable extension; our hooks serve its JIT load
+    return env
 
 
 def run_child(code: str, arg: str, env: dict) -> tuple[str, float]:
@@ -154,7 +169,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--paths", default="stable,prebuilt", help="comma-separated: stable, prebuilt")
+    ap.add_argument("--problems", default=",".join(PROBLEMS), help=f"comma-separated subset of {', '.join(PROBLEMS)}")
     args = ap.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    problems = {k: PROBLEMS[k] for k in args.problems.split(",") if k}
     import torch
     info = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "python": sys.version.split()[0]}
@@ -166,72 +185,70 @@ def main() -> int:
     rows, ok = [], True
     with tempfile.TemporaryDirectory() as t:
         tmp, log = Path(t), Path(t) / "sentinel.log"
-        env = sentinel_env(tmp, log)
-        for name, (in1, in2, lmax) in PROBLEMS.items():
-            for kind in ("tp", "conv"):
-                for dtype in ("float32", "float64"):
-                    spec = {"in1": in1, "in2": in2, "lmax": lmax, "kind": kind, "dtype": dtype}
-                    try:
-                        out, _ = run_child(CHILD, json.dumps(spec), env)
-                    except RuntimeError as exc:  # record it and go on: one run should show everything
-                        ok = False
-                        rows.append({"problem": name, "op": kind, "dtype": dtype, "check": "run",
-                                     "max_abs_err": float("nan"), "tol": 0.0, "pass": False, "state": str(exc)})
-                        print(exc, flush=True)
-                        continue
-                    res = json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][7:])
-                    for check, e in res["errors"].items():
-                        passed = e <= TOL[kind][check]
-                        ok &= passed
-                        rows.append({"problem": name, "op": kind, "dtype": dtype, "check": check,
-                                     "max_abs_err": e, "tol": TOL[kind][check], "pass": passed,
-                                     "state": res["status"]["state"]})
-                    print(f"{name:15s} {kind:4s} {dtype:7s} " + " ".join(
-                        f"{c}={e:.2e}" for c, e in res["errors"].items()), flush=True)
+        for path in paths:
+            env = sentinel_env(tmp, log, path)
+            want_state, want_pre = PATHS[path]
+            for name, (in1, in2, lmax) in problems.items():
+                for kind in ("tp", "conv"):
+                    for dtype in ("float32", "float64"):
+                        spec = {"in1": in1, "in2": in2, "lmax": lmax, "kind": kind, "dtype": dtype,
+                                "dump": str(tmp / f"{path}-{name}-{kind}-{dtype}.pt")}
+                        try:
+                            out, _ = run_child(CHILD, json.dumps(spec), env)
+                        except RuntimeError as exc:  # record it and go on: one run should show everything
+                            ok = False
+                            rows.append({"path": path, "problem": name, "op": kind, "dtype": dtype, "check": "run",
+                                         "max_abs_err": float("nan"), "tol": 0.0, "pass": False, "state": str(exc)})
+                            print(exc, flush=True)
+                            continue
+                        res = json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][7:])
+                        right_path = res["status"]["state"] == want_state and res["precompiled"] == want_pre
+                        ok &= right_path
+                        for check, e in res["errors"].items():
+                            passed = e <= TOL[kind][check] and right_path
+                            ok &= passed
+                            rows.append({"path": path, "problem": name, "op": kind, "dtype": dtype, "check": check,
+                                         "max_abs_err": e, "tol": TOL[kind][check], "pass": passed,
+                                         "state": res["status"]["state"], "library": res["library"]})
+                        print(f"{path:8s} {name:15s} {kind:4s} {dtype:7s} {res['status']['state']:15s} " + " ".join(
+                            f"{c}={e:.2e}" for c, e in res["errors"].items()), flush=True)
         sentinel_calls = log.read_text() if log.exists() else ""
         ok &= not sentinel_calls
-        cold = {"torch": [], "prebuilt": [], "jit": []}
+        # The two paths on the same inputs (same seeds): how far apart are their outputs?
+        same = {}
+        if len(paths) == 2:
+            for f in sorted(tmp.glob(f"{paths[0]}-*.pt")):
+                g = tmp / f.name.replace(f"{paths[0]}-", f"{paths[1]}-", 1)
+                if g.exists():
+                    a, b = torch.load(f), torch.load(g)
+                    flat = lambda v: list(v) if isinstance(v, (list, tuple)) else [v]
+                    same[f.stem.split("-", 1)[1]] = max(float((x - y).abs().max()) for k in a
+                                                        for x, y in zip(flat(a[k]), flat(b[k])))
+        cold = {"torch": [], **{p: [] for p in paths}, "jit": []}
         try:
-            measure_cold(cold, env, tmp, args.cold_runs)
+            measure_cold(cold, {p: sentinel_env(tmp, log, p) for p in paths}, tmp, args.cold_runs)
         except RuntimeError as exc:
             ok = False
             print(exc, flush=True)
-        # Same inputs through the prebuilt and through OEq's JIT-built library: identical results?
-        same = {}
-        for dtype in ("float32", "float64"):
-            dumps = {}
-            for label, e in (("prebuilt", env), ("jit", jit_env(tmp))):
-                spec = {"in1": PROBLEMS["mace-64x-l2"][0], "in2": PROBLEMS["mace-64x-l2"][1], "lmax": 2,
-                        "kind": "tp", "dtype": dtype, "dump": str(tmp / f"{label}-{dtype}.pt")}
-                try:
-                    run_child(CHILD, json.dumps(spec), e)
-                    dumps[label] = torch.load(spec["dump"])
-                except RuntimeError as exc:
-                    print(exc, flush=True)
-            if len(dumps) == 2:
-                a, b = dumps["prebuilt"], dumps["jit"]
-                diff = max(float((x - y).abs().max()) for k in a for x, y in zip(
-                    a[k] if isinstance(a[k], (list, tuple)) else [a[k]], b[k] if isinstance(b[k], (list, tuple)) else [b[k]]))
-                same[dtype] = diff
-            ok &= same.get(dtype) == 0.0
     result = {"info": info, "rows": rows, "cold_start_s": cold, "sentinel_calls": sentinel_calls,
-              "prebuilt_vs_jit_max_diff": same, "ok": ok}
+              "paths_max_diff": same, "ok": ok}
     args.out.write_text(json.dumps(result, indent=2))
     print(markdown(result))
     return 0 if ok else 1
 
 
-def measure_cold(cold, env, tmp, runs):
+def measure_cold(cold, envs, tmp, runs):
     for _ in range(runs):
         cold["torch"].append(float(run_child(COLD, "torch", dict(os.environ))[0].split()[-1]))
-        cold["prebuilt"].append(float(run_child(COLD, "prebuilt", env)[0].split()[-1]))
+        for path, env in envs.items():
+            cold[path].append(float(run_child(COLD, path, env)[0].split()[-1]))
     # OEq's own JIT build, cold cache (host toolchain, no prebuilt): once, it is slow.
     cold["jit"].append(float(run_child(COLD, "jit", jit_env(tmp))[0].split()[-1]))
 
 
 def jit_env(tmp: Path) -> dict:
     """OEq's stock JIT path: real compilers, the prebuilt switched off, its own build cache."""
-    return dict(os.environ, FASTMACE_OEQ_PREBUILT="0", OEQ_CUDA_FROM_WHEELS="0",
+    return dict(os.environ, FASTMACE_OEQ_PREBUILT="0", OEQ_CUDA_FROM_WHEELS="0", OEQ_JIT_EXTENSION="1",
                 TORCH_EXTENSIONS_DIR=str(tmp / "jit-ext"))
 
 
@@ -240,22 +257,24 @@ def markdown(r: dict) -> str:
     lines = [f"GPU check {i['date']}: {i['gpu']}, driver {i['driver']}, torch {i['torch']} (CUDA {i['cuda']}), "
              f"Python {i['python']}; every run with FASTMACE_OEQ_PREBUILT=1 and failing g++/c++/ninja/nvcc "
              f"sentinels (calls: {len(r['sentinel_calls'].splitlines())}).", "",
-             "| problem | op | dtype | check | max abs err vs e3nn | tolerance | pass |",
-             "|---|---|---|---|---|---|---|"]
+             "| path | problem | op | dtype | check | max abs err vs e3nn | tolerance | pass |",
+             "|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
-        lines.append(f"| {x['problem']} | {x['op']} | {x['dtype']} | {x['check']} | {x['max_abs_err']:.2e} | "
-                     f"{x['tol']:.0e} | {'yes' if x['pass'] else 'NO'} |")
+        lines.append(f"| {x['path']} | {x['problem']} | {x['op']} | {x['dtype']} | {x['check']} | "
+                     f"{x['max_abs_err']:.2e} | {x['tol']:.0e} | {'yes' if x['pass'] else 'NO'} |")
+    if r["paths_max_diff"]:
+        lines += ["", "| same inputs, stable vs prebuilt | max abs difference (fwd, bwd, double bwd) |", "|---|---|"]
+        lines += [f"| {k} | {v:.2e} |" for k, v in sorted(r["paths_max_diff"].items())]
     c = r["cold_start_s"]
     if not all(c.values()):
         return "\n".join(lines + ["", f"cold start incomplete: {c}"])
     med = lambda v: sorted(v)[len(v) // 2]
-    lines += ["", "| cold start, fresh process to first result | seconds |", "|---|---|",
-              f"| import torch + first CUDA op | {med(c['torch']):.2f} |",
-              f"| prebuilt (activate + import openequivariance + first TensorProduct) | {med(c['prebuilt']):.2f} |",
-              f"| OEq JIT build, empty cache (same work) | {med(c['jit']):.2f} |",
-              f"| JIT / prebuilt | {med(c['jit']) / med(c['prebuilt']):.1f}x |",
-              "", "Prebuilt vs OEq's own JIT-built library, same inputs (mace-64x-l2 TensorProduct, fwd/bwd/double bwd), "
-              f"max abs difference: {r.get('prebuilt_vs_jit_max_diff')}"]
+    lines += ["", "| cold start, fresh process to first result (median) | seconds |", "|---|---|",
+              f"| import torch + first CUDA op | {med(c['torch']):.2f} |"]
+    labels = {"stable": "OEq's stable extension from our binary wheel", "prebuilt": "exact-match prebuilt (OEQ_JIT_EXTENSION=1)"}
+    lines += [f"| {labels[p]}: activate + import openequivariance + first TensorProduct | {med(c[p]):.2f} |"
+              for p in c if p in labels]
+    lines += [f"| OEq JIT build, empty cache (same work) | {med(c['jit']):.2f} |"]
     return "\n".join(lines)
 
 

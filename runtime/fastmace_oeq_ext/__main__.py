@@ -1,6 +1,6 @@
-"""`python -m fastmace_oeq_ext`: the doctor."""
+"""`python -m fastmace_oeq_ext`: the doctor (--help, --json)."""
 import sys
 
-from . import doctor
+from .doctor import main
 
-sys.exit(doctor())
+sys.exit(main())

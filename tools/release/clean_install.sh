@@ -6,4 +6,5 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 [ $# -ge 1 ] || { echo "usage: clean_install.sh WHEEL_DIR [PYTHON]" >&2; exit 2; }
 PY="$("$REPO/tools/bootstrap.sh")"
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels clean-install "$@"
+# From a checkout: the pipeline (oeq_wheels) and the runtime package it ships (runtime/fastmace_oeq_ext).
+PYTHONPATH="$REPO:$REPO/runtime${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels clean-install "$@"

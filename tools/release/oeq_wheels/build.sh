@@ -33,4 +33,5 @@ if [ "$runner" = docker ]; then
   exec "$REPO/tools/release/oeq_wheels/run_container.sh" "${args[@]}"
 fi
 PY="$("$REPO/tools/bootstrap.sh")"
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "${args[@]}"
+# From a checkout: the pipeline (oeq_wheels) and the runtime package it ships (runtime/fastmace_oeq_ext).
+PYTHONPATH="$REPO:$REPO/runtime${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "${args[@]}"

@@ -16,4 +16,5 @@ if [ -z "${OEQ_WHEELS_TOOL_PYTHON:-}" ] && [ -x /opt/python/cp312-cp312/bin/pyth
   export OEQ_WHEELS_TOOL_PYTHON=/opt/python/cp312-cp312/bin/python
 fi
 PY="$("$REPO/tools/bootstrap.sh")"
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "$outdir" "$@"
+# From a checkout: the pipeline (oeq_wheels) and the runtime package it ships (runtime/fastmace_oeq_ext).
+PYTHONPATH="$REPO:$REPO/runtime${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "$outdir" "$@"

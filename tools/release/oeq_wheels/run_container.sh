@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The container runner (build.sh --runner docker): run_container.sh [build options] OUTDIR
+# The container runner (build.sh --runner docker): run_container.sh OUTDIR [build options], in any order
 # No bind mounts (Docker Desktop's docker.exe cannot mount WSL paths): the sources go in
 # as a tar stream on stdin, scratch (tool venv, pinned downloads, object cache) lives in
 # the volume $OEQ_WHEELS_WORK_VOLUME, the wheels come back from $OEQ_WHEELS_OUT_VOLUME
@@ -10,13 +10,22 @@ DOCKER="${DOCKER:-docker}"
 IMAGE="${OEQ_WHEELS_IMAGE:-$(grep -v '^#' "$REPO/docker/IMAGE" | head -n1)}"
 WORK_VOL="${OEQ_WHEELS_WORK_VOLUME:-fastmace-oeq-ext-work}"
 OUT_VOL="${OEQ_WHEELS_OUT_VOLUME:-fastmace-oeq-ext-out}"
-[ $# -ge 1 ] || { echo "usage: build.sh [options] OUTDIR" >&2; exit 2; }
-outdir="${*: -1}"
-args=("${@:1:$#-1}")
-force=0
-for a in "${args[@]}"; do [ "$a" = --force ] && force=1; done
-mkdir -p "$outdir" || { echo "build.sh: cannot create output directory $outdir" >&2; exit 2; }
-[ -w "$outdir" ] || { echo "build.sh: output directory $outdir is not writable" >&2; exit 2; }
+# OUTDIR is the one positional argument; the options are `oeq-wheels build`'s, passed on unchanged
+# (those that take a value are skipped with it, so OUTDIR may stand anywhere).
+outdir=""; args=(); force=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python|--matrix|--jobs) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --force) force=1; args+=("$1"); shift ;;
+    -*) args+=("$1"); shift ;;
+    *) [ -z "$outdir" ] || { echo "build.sh: two output directories given ($outdir, $1); give one" >&2; exit 2; }
+       outdir="$1"; shift ;;
+  esac
+done
+[ -n "$outdir" ] || { echo "usage: build.sh OUTDIR [options]" >&2; exit 2; }
+extra="${outdir%/}-extra"
+mkdir -p "$outdir" "$extra" || { echo "build.sh: cannot create output directory $outdir or $extra" >&2; exit 2; }
+[ -w "$outdir" ] && [ -w "$extra" ] || { echo "build.sh: output directory $outdir or $extra is not writable" >&2; exit 2; }
 name="oeq-wheels-$$-$RANDOM"
 incoming="$(mktemp -d "$outdir/.incoming.XXXXXX")"
 job=""
@@ -43,7 +52,7 @@ envs=(-e OEQ_WHEELS_CACHE=/work/cache)
 ( cd "$REPO" && git ls-files -z --cached --others --exclude-standard | tar --null --no-recursion -T - -cf - ) |
   "$DOCKER" run --rm -i --name "$name" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
     bash -c 'set -euo pipefail; rm -rf /work/src /out/*; mkdir -p /work/src; tar -C /work/src -xf -
-             exec bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out "$@"' bash "${args[@]}" &
+             exec bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out/dist "$@"' bash "${args[@]}" &
 job=$!
 set +e
 wait "$job"
@@ -56,16 +65,20 @@ if [ "$rc" -ne 0 ]; then
 fi
 "$DOCKER" run --rm -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | tar -C "$incoming" -xf -
 shopt -s nullglob
-wheels=("$incoming"/*.whl)
+wheels=("$incoming"/dist/*.whl)
+oeq=("$incoming"/dist-extra/*.whl)
 [ ${#wheels[@]} -gt 0 ] || { echo "build.sh: the container produced no wheel" >&2; exit 1; }
-for w in "${wheels[@]}"; do
-  dest="$outdir/$(basename "$w")"
+check() {  # never replace a different file of the same name without --force
+  local w="$1" dest="$2/$(basename "$1")"
   if [ -e "$dest" ] && ! cmp -s "$w" "$dest" && [ "$force" -eq 0 ]; then
     echo "build.sh: $dest already exists with different content; bump .postN in oeq_wheels/pins.toml (or --force for a local build)" >&2
     exit 1
   fi
+}
+for w in "${wheels[@]}"; do check "$w" "$outdir"; done
+for w in "${oeq[@]}"; do check "$w" "$extra"; done
+for w in "${wheels[@]}"; do mv -f "$w" "$outdir/"; done
+for f in "${oeq[@]}" "$incoming"/dist-extra/REPORT.md "$incoming"/dist-extra/REPORT.json; do
+  [ -e "$f" ] && mv -f "$f" "$extra/"
 done
-for f in "${wheels[@]}" "$incoming"/REPORT.md "$incoming"/REPORT.json; do
-  [ -e "$f" ] && mv -f "$f" "$outdir/"
-done
-echo "build.sh: ${#wheels[@]} wheel(s) from image $IMAGE in $outdir" >&2
+echo "build.sh: ${#wheels[@]} fastmace-oeq-ext wheel(s) in $outdir, ${#oeq[@]} openequivariance wheel(s) in $extra, from image $IMAGE" >&2

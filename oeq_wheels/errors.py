@@ -1,0 +1,14 @@
+"""The one error base class: every expected failure is an OeqWheelsError, printed as one line."""
+from __future__ import annotations
+
+
+class OeqWheelsError(Exception):
+    """An expected failure (bad input, a failed build step); the CLI prints it without a traceback."""
+
+    exit_code = 1  # a build or check that failed
+
+
+class UsageError(OeqWheelsError):
+    """The command line, the pins or the given directory do not make sense."""
+
+    exit_code = 2

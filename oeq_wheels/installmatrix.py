@@ -1,0 +1,199 @@
+"""The plain-install matrix: no compiler at install time either.
+
+For each torch release and installer (pip, uv): a fresh venv; g++, gcc, c++, cc, ninja,
+nvcc and cmake replaced by failing sentinels BEFORE the install; then a plain
+`pip install torch==X openequivariance==0.7.0` (or, for FastMACE's torch,
+`pip install torch==2.14.1 fastmace-oeq-ext`) from the registry plus our index
+(OUTDIR-extra/simple, served on loopback) and OUTDIR as find-links. OpenEquivariance
+must then import with its precompiled stable extension (our binary wheel, never the
+sdist), its operators registered, torch a CUDA 13 build, the doctor (where
+fastmace-oeq-ext is installed) saying no compiler is needed, and the sentinel log
+empty. On a machine without a GPU a stub libcuda.so.1 stands in for the driver.
+
+The machine's pip configuration is left out (PIP_CONFIG_FILE=/dev/null): a user's
+machine has none of this one's local wheel directory or constraints, and the check
+asserts the CUDA build it got rather than trusting the resolver.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import pins as pins_mod, pythons, release, sentinels, stub
+from .errors import OeqWheelsError, UsageError
+from .output import extra_dir
+
+INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
+FASTMACE_TORCH = "2.14.1"  # FastMACE pins it (the owner's decision); fastmace-oeq-ext requires it
+
+CHECK = r"""
+import json, importlib.metadata as md
+import torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+from openequivariance._torch import extlib
+out.update(precompiled=extlib.USE_PRECOMPILED_EXTENSION, built=extlib.BUILT_EXTENSION,
+           error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
+           module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
+           ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
+                if hasattr(torch.ops.libtorch_tp_jit, n)])
+print("MATRIX " + json.dumps(out))
+"""
+
+
+@dataclass
+class Case:
+    torch: str
+    installer: str
+    path: str = "-"
+    result: str = "not run"
+    ok: bool = False
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve(directory: Path):
+    """A real HTTP index on loopback (an ephemeral port), as pip and uv meet one."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def requirements(torch: str, with_fastmace: bool, pins: pins_mod.Pins) -> list[str]:
+    if with_fastmace:
+        return [f"torch=={torch}", pins.package_name]
+    return [f"torch=={torch}", f"openequivariance=={pins.oeq.version}"]
+
+
+def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: str, pins: pins_mod.Pins) -> list[str]:
+    """Why the case failed; empty when it holds."""
+    if check is None:
+        return ["the check did not run"]
+    why = []
+    if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(
+            pins.oeq_binary.cuda_major + "."):
+        why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {pins.oeq_binary.cuda_major} "
+                   f"build of {case.torch}")
+    if check["oeq_version"] != pins.oeq_binary.version(pins.oeq.version):
+        why.append(f"installed openequivariance {check['oeq_version']}, not our binary wheel")
+    if not (check["precompiled"] and check["built"]):
+        why.append(f"OEq did not load its precompiled extension: {check['error']}")
+    if len(check["ops"]) != 3:
+        why.append(f"operators missing: {check['ops']}")
+    if doctor is not None and (doctor[0] != 0 or not doctor[1].startswith("host extension: OpenEquivariance precompiled")):
+        why.append(f"doctor: {doctor[1].splitlines()[0] if doctor[1] else doctor[0]}")
+    if log.strip():
+        why.append(f"a build tool was called: {log.strip()[:200]}")
+    return why
+
+
+def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base_python: str, keep: bool,
+             say) -> Case:
+    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.installer}-"))
+    log = work / "sentinel.log"
+    sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k not in
+           ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", PIP_CONFIG_FILE=os.devnull,
+               PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    venv = work / "venv"
+    vpy = venv / "bin" / "python"
+    with_fastmace = case.torch == FASTMACE_TORCH
+    reqs = requirements(case.torch, with_fastmace, pins)
+    src = ["--extra-index-url", index_url, "--find-links", str(outdir)]
+    try:
+        if case.installer == "uv":
+            subprocess.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
+                           env=env, check=True, capture_output=True)
+            # uv takes wheel file names as immutable; a rebuilt wheel of the same name must not come from its cache.
+            fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
+            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(vpy), *fresh, *src, *reqs]
+        else:
+            subprocess.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
+            cmd = [str(vpy), "-m", "pip", "install", "-q", *src, *reqs]
+        say(f"{case.torch} {case.installer}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
+            return case
+        site = Path(subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
+        run_env = dict(env)
+        if mods and not _has_gpu():
+            stub_dir = stub.stub_for_library(mods[0], work / "libcuda-stub").parent
+            run_env["LD_LIBRARY_PATH"] = str(stub_dir)
+        if with_fastmace:
+            run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled
+        c = subprocess.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True,
+                           cwd=work)
+        lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
+        check = json.loads(lines[-1][7:]) if lines else None
+        doctor = None
+        if with_fastmace:
+            d = subprocess.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True,
+                               cwd=work)
+            doctor = (d.returncode, d.stdout)
+        case.path = ("OEq precompiled (our binary wheel)" if check and check["precompiled"] else
+                     f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
+        why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
+        if check is None:
+            why.append(c.stderr.strip()[-500:])
+        case.ok = not why
+        case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
+        return case
+    finally:
+        if keep or not case.ok:
+            say(f"{case.torch} {case.installer}: kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and \
+        subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
+
+
+def table(cases: list[Case]) -> str:
+    rows = [("torch", "installer", "path taken", "result")] + [(c.torch, c.installer, c.path, c.result) for c in cases]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(3)), r[3]]) for r in rows)
+
+
+def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False) -> int:
+    pins = pins_mod.load()
+    torches = torches or list(pins.oeq_binary.tested_torch)
+    bad = [i for i in installers if i not in ("pip", "uv")]
+    if bad or not installers:
+        raise UsageError(f"--installer takes pip and/or uv, not {', '.join(bad) or 'nothing'}")
+    outdir = Path(outdir).resolve()
+    extra = extra_dir(outdir)
+    if not list(extra.glob("openequivariance-*.whl")):
+        raise UsageError(f"no openequivariance wheel in {extra}; build first (make wheels)")
+    simple = release.write_index_for(extra)
+    base = pythons.find(python).executable
+    say = lambda m: print(f"install-matrix: {m}", file=sys.stderr, flush=True)
+    server = serve(extra)
+    index_url = f"http://127.0.0.1:{server.server_address[1]}/{simple.name}/"
+    cases = [Case(t, i) for t in torches for i in installers]
+    try:
+        for case in cases:
+            run_case(case, pins, outdir, index_url, base, keep, say)
+            say(f"{case.torch} {case.installer}: {case.result}")
+    finally:
+        server.shutdown()
+    print(table(cases))
+    if not all(c.ok for c in cases):
+        raise OeqWheelsError(f"{sum(not c.ok for c in cases)} of {len(cases)} install cases failed")
+    return 0

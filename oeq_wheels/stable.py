@@ -1,0 +1,194 @@
+"""OpenEquivariance's stable-ABI extension, built as its CMakeLists.txt defines it, without CMake.
+
+OEq 0.7.0's sdist builds (scikit-build-core, CMAKE_BUILD_TYPE=Release, GCC):
+  - oeq_stable_cuda: nanobind_add_module(NB_STATIC) of libtorch_tp_jit_stable.cpp and
+    json11.cpp, CXX_STANDARD 17, defines CUDA_BACKEND=1, _GLIBCXX_USE_CXX11_ABI=1,
+    INCLUDE_NB_EXTENSION; linked with libtorch_cpu, libc10, cudart, the driver, nvrtc,
+    cublas and cuda_stub_lib (stubs/stream.cpp, OUTPUT_NAME torch_cuda);
+  - liboeq_stable_cuda_aoti.so: the same sources and libraries without nanobind.
+Here LibTorch is the oldest supported torch wheel's own headers and libraries (no
+download), CUDA is the pinned NVIDIA wheels (no toolkit), and nanobind is the pinned
+wheel's sources. Each flag below names the CMake rule it comes from. The stream stub
+and a libcuda stub exist for the link only and are never shipped: at run time torch's
+own libtorch_cuda.so and the driver provide those symbols.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import compile as cc, stub
+from .errors import OeqWheelsError
+from .pins import OeqBinary
+
+RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
+CXX17 = "-std=gnu++17"               # CXX_STANDARD 17 (CMake's CXX_EXTENSIONS defaults to ON)
+SOURCES = ("libtorch_tp_jit_stable.cpp", "json11/json11.cpp")
+# nanobind_build_library's sources (nb_ft.cpp only for free-threaded Pythons).
+NANOBIND_SOURCES = ("nb_internals.cpp", "nb_func.cpp", "nb_type.cpp", "nb_enum.cpp", "nb_ndarray.cpp",
+                    "nb_static_property.cpp", "nb_datetime.cpp", "common.cpp", "error.cpp", "trampoline.cpp",
+                    "implicit.cpp")
+# nanobind-static's PUBLIC options (NB_OPT_SIZE configurations, Release included).
+NB_SECTIONS = ["-ffunction-sections", "-fdata-sections"]
+
+
+class StableBuildError(OeqWheelsError):
+    pass
+
+
+@dataclass(frozen=True)
+class StableTrees:
+    """Resolved roots of the unpacked inputs (the compiler records real paths)."""
+
+    oeq_root: Path        # openequivariance-<version>/ of the sdist
+    torch_root: Path      # holds torch/include and torch/lib/{libtorch_cpu,libc10}.so
+    cuda_root: Path       # holds nvidia/cu13/{include,lib}
+    nanobind: Path        # nanobind/{include,src,ext}
+    cuda_major: str
+
+    @property
+    def ext(self) -> Path:
+        return self.oeq_root / "openequivariance" / "extension"
+
+    @property
+    def cuda_include(self) -> Path:
+        return self.cuda_root / "nvidia" / f"cu{self.cuda_major}" / "include"
+
+    @property
+    def cuda_lib(self) -> Path:
+        return self.cuda_root / "nvidia" / f"cu{self.cuda_major}" / "lib"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The flags of one CMake target, for one Python (python_include None: no Python headers)."""
+
+    trees: StableTrees
+    glibc_shim: bool
+    python_include: str | None = None
+    torch_label: str = "torch"
+
+    def prefix_map(self) -> list[str]:
+        m = {str(self.trees.ext): "openequivariance/extension", str(self.trees.torch_root): self.torch_label,
+             str(self.trees.cuda_root): "nvidia", str(self.trees.nanobind): "nanobind",
+             str(cc.SHIM_DIR): "oeq-wheels-shim"}
+        if self.python_include:
+            m[self.python_include] = "python/include"
+        return [f"-ffile-prefix-map={s}={d}" for s, d in sorted(m.items(), key=lambda kv: -len(kv[0]))]
+
+    def _common(self) -> list[str]:
+        shim = ["-isystem", str(cc.SHIM_DIR)] if self.glibc_shim else []
+        return [*RELEASE, "-fPIC", CXX17, *shim]
+
+    def _extension_includes(self) -> list[str]:
+        ext, t = self.trees.ext, self.trees
+        # target_include_directories(EXT_DIR, backend, json11, LIBTORCH_INCLUDE_DIR); CUDA::* imported
+        # targets add the toolkit's include directories as system directories.
+        return [f"-I{ext}", f"-I{ext / 'backend'}", f"-I{ext / 'json11'}", f"-I{t.torch_root / 'torch' / 'include'}",
+                "-isystem", str(t.cuda_include), "-isystem", str(t.cuda_include / "cccl")]
+
+    def aoti(self) -> list[str]:
+        """oeq_stable_cuda_aoti: add_library(SHARED), no nanobind."""
+        return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", *self._extension_includes(),
+                *self.prefix_map()]
+
+    def module(self) -> list[str]:
+        """oeq_stable_cuda: nanobind_add_module(... NB_STATIC ...) adds hidden visibility, -Os
+        (nanobind_opt_size), no stack protector and nanobind-static's PUBLIC includes and sections."""
+        return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DINCLUDE_NB_EXTENSION",
+                *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
+                "-fvisibility=hidden", "-fno-stack-protector", "-Os", *NB_SECTIONS, *self.prefix_map()]
+
+    def nanobind(self) -> list[str]:
+        """nanobind-static (nanobind_build_library): NB_BUILD, compact assertions in Release,
+        no strict aliasing, the TLS descriptor model, hidden visibility, no stack protector."""
+        nb = self.trees.nanobind
+        return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", f"-I{nb / 'ext' / 'robin_map' / 'include'}",
+                f"-I{self.python_include}", f"-I{nb / 'include'}", "-fvisibility=hidden", "-fno-strict-aliasing",
+                "-mtls-dialect=gnu2", *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map()]
+
+    def stream_stub(self) -> list[str]:
+        """cuda_stub_lib: stubs/stream.cpp against LibTorch's include directory."""
+        return [*self._common(), f"-I{self.trees.torch_root / 'torch' / 'include'}", *self.prefix_map()]
+
+
+@dataclass(frozen=True)
+class StableLibraries:
+    module: Path      # oeq_stable_cuda<EXT_SUFFIX>
+    aoti: Path        # liboeq_stable_cuda_aoti.so
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StableBuildError(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}")
+
+
+def link_libraries(ob: OeqBinary, trees: StableTrees, stub_dir: Path) -> list[str]:
+    """target_link_libraries(torch_cpu, c10, CUDA::cudart, CUDA::cuda_driver, CUDA::nvrtc, CUDA::cublas,
+    cuda_stub_lib): by soname, NEEDED kept for each (as GCC links without --as-needed)."""
+    torch_lib = trees.torch_root / "torch" / "lib"
+    return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs],
+            f"-L{trees.cuda_lib}", *[f"-l:{s}" for s in ob.cuda_sonames()],
+            f"-L{stub_dir}", "-l:libcuda.so.1", f"-l{ob.stub_library}",
+            "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
+
+
+def build_support(ob: OeqBinary, recipe: Recipe, objects: cc.ObjectCache, toolchain: cc.Toolchain,
+                  driver_objects: list[Path], out: Path) -> Path:
+    """The link-only stand-ins in out/: libtorch_cuda.so (OEq's stream stub) and libcuda.so.1."""
+    stream_obj, _ = objects.compile(recipe.trees.ext / "stubs" / "stream.cpp", recipe.stream_stub())
+    out.mkdir(parents=True, exist_ok=True)
+    stub_so = out / f"lib{ob.stub_library}.so"
+    _run([*shlex.split(toolchain.cxx), "-shared", str(stream_obj), f"-Wl,-soname,{stub_so.name}", "-o", str(stub_so)],
+         "linking OEq's stream stub")
+    stub.make_stub(stub.undefined_driver_symbols(driver_objects), out, toolchain.cc)
+    return out
+
+
+def link_module(ob: OeqBinary, trees: StableTrees, objs: list[Path], nanobind_objs: list[Path], stub_dir: Path,
+                out: Path, toolchain: cc.Toolchain) -> Path:
+    """MODULE library: -shared, nanobind_strip (-Wl,-s), nanobind-static's --gc-sections."""
+    archive = out.with_name("libnanobind-static.a")
+    archive.unlink(missing_ok=True)
+    _run(["ar", "rcsD", str(archive), *map(str, nanobind_objs)], "archiving nanobind-static")
+    _run([*shlex.split(toolchain.cxx), *RELEASE, "-shared", "-Wl,-s", "-Wl,--gc-sections", *map(str, objs),
+          str(archive), "-o", str(out), *link_libraries(ob, trees, stub_dir)], "linking oeq_stable_cuda")
+    archive.unlink()
+    return out
+
+
+def link_aoti(ob: OeqBinary, trees: StableTrees, objs: list[Path], stub_dir: Path, out: Path,
+              toolchain: cc.Toolchain) -> Path:
+    """SHARED library with its soname; stripped as scikit-build-core's install (strip = true) does."""
+    linked = out.with_name(out.name + ".unstripped")
+    _run([*shlex.split(toolchain.cxx), *RELEASE, "-shared", f"-Wl,-soname,{out.name}", *map(str, objs),
+          "-o", str(linked), *link_libraries(ob, trees, stub_dir)], f"linking {out.name}")
+    _run([*shlex.split(toolchain.strip), "--strip-unneeded", "-o", str(out), str(linked)], f"stripping {out.name}")
+    linked.unlink()
+    return out
+
+
+def compile_all(recipe: Recipe, objects: cc.ObjectCache, jobs_pool, python: bool) -> dict[str, list[Path]]:
+    """Objects for one Python's module and nanobind (python=True), or for the AOTI library."""
+    ext, nb = recipe.trees.ext, recipe.trees.nanobind
+    if python:
+        jobs = [("module", ext / s, recipe.module()) for s in SOURCES]
+        jobs += [("nanobind", nb / "src" / s, recipe.nanobind()) for s in NANOBIND_SOURCES]
+    else:
+        jobs = [("aoti", ext / s, recipe.aoti()) for s in SOURCES]
+    results = list(jobs_pool.map(lambda j: (j[0], *objects.compile(j[1], j[2])), jobs))
+    out: dict[str, list[Path]] = {}
+    for kind, obj, _hit in results:
+        out.setdefault(kind, []).append(obj)
+    out["hits"] = [o for _k, o, hit in results if hit]
+    return out
+
+
+def ext_suffix(python_version: str) -> str:
+    """EXT_SUFFIX of a CPython on Linux x86_64 (what nanobind_extension names the module with)."""
+    digits = python_version.replace(".", "")
+    return f".cpython-{digits}-x86_64-linux-gnu.so"
+

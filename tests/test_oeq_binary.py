@@ -1,0 +1,121 @@
+"""The binary openequivariance wheel: OEq's own stable extension, built once for every CUDA 13 torch."""
+import json
+import os
+import subprocess
+import zipfile
+
+import pytest
+
+from conftest import RUNTIME, run_cli
+from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
+from oeq_wheels import inputs, pins as P, verify
+
+pytestmark = pytest.mark.slow
+VERSION = P.load().oeq_binary.version("0.7.0")
+EXTLIB = "openequivariance/_torch/extlib/"
+
+
+def test_name_version_and_contents(cp311_oeq_wheel, cache):
+    pins = P.load()
+    assert cp311_oeq_wheel.name == f"openequivariance-{VERSION}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    root = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache)
+    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+        names = set(zf.namelist())
+        meta = zf.read(f"openequivariance-{VERSION}.dist-info/METADATA").decode()
+        record = OeqBuild.from_json(zf.read(f"openequivariance-{VERSION}.dist-info/{OEQ_BUILD_FILE}").decode())
+        # The sdist's package tree, unchanged, byte for byte.
+        for path in (root / "openequivariance").rglob("*"):
+            if path.is_file():
+                arc = path.relative_to(root).as_posix()
+                assert zf.read(arc) == path.read_bytes(), arc
+    assert {EXTLIB + "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", EXTLIB + "liboeq_stable_cuda_aoti.so"} <= names
+    # METADATA is the sdist's PKG-INFO with the version changed, and `packaging` (which OEq 0.7.0
+    # imports without declaring it) added after its own requirements; it still satisfies ==0.7.0.
+    want = (root / "PKG-INFO").read_text().replace("Version: 0.7.0\n", f"Version: {VERSION}\n", 1)
+    want = want.replace("Requires-Dist: pybind11\n", "Requires-Dist: pybind11\nRequires-Dist: packaging\n", 1)
+    assert meta == want
+    from packaging.specifiers import SpecifierSet
+    assert VERSION in SpecifierSet("==0.7.0") and "+" in VERSION  # PyPI refuses local versions
+    assert (record.torch_min, record.cuda_major, record.built_against.version) == ("2.11", "13", "2.11.0")
+    assert {w.name: w.version for w in record.cuda_wheels}["nvidia-cublas"] == "13.1.0.3"
+
+
+def test_libraries_link_by_soname_into_torch_and_the_cuda_wheels(cp311_oeq_wheel):
+    ob = P.load().oeq_binary
+    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+        for name in ("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", "liboeq_stable_cuda_aoti.so"):
+            data = zf.read(EXTLIB + name)
+            facts = verify.elf_facts(data)
+            assert facts["runpath"] == "$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cu13/lib"
+            assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
+                    "libcublas.so.13", "libcuda.so.1"} <= set(facts["needed"])
+            assert facts["stripped"] and not any(n.startswith("libpython") for n in facts["needed"])
+            # torch only through its stable C ABI (aoti_torch_*), no c10::/at::/torch:: C++ symbols.
+            needs = verify.dynamic_symbols(data, defined=False)
+            assert any(n.startswith("aoti_torch_") for n, _ in needs)
+            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
+            assert {v for _, v in needs} >= set(ob.cuda_sonames())  # versioned CUDA symbols, checked by verify
+
+
+def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
+    r = run_cli("verify", str(cp311_oeq_wheel))
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+    pins = P.load()
+    from wheel.wheelfile import WheelFile
+
+    def repack(edit):
+        unpacked = tmp_path / "u"
+        if unpacked.exists():
+            import shutil
+            shutil.rmtree(unpacked)
+        with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+            zf.extractall(unpacked)
+        edit(unpacked)
+        out = tmp_path / "o" / cp311_oeq_wheel.name
+        out.parent.mkdir(exist_ok=True)
+        out.unlink(missing_ok=True)
+        with WheelFile(out, "w") as wf:  # a consistent RECORD around the change
+            wf.write_files(str(unpacked))
+        return verify.verify_oeq_binary(out, pins, twine=False).problems
+
+    info = f"openequivariance-{VERSION}.dist-info"
+    assert any("do not belong" in p for p in repack(lambda u: (u / "zz_evil.pth").write_text("import os\n")))
+    assert any("do not belong" in p for p in repack(lambda u: (u / "torch").mkdir() or (u / "torch" / "version.py").write_text("x")))
+    edit_init = lambda u: (u / "openequivariance" / "__init__.py").write_text("raise SystemExit\n")
+    assert any("differ from the pinned sdist" in p for p in repack(edit_init))
+
+    def lower_floor(u):
+        f = u / info / OEQ_BUILD_FILE
+        f.write_text(f.read_text().replace('"torch_min": "2.11"', '"torch_min": "2.9"'))
+    assert any("torch_min" in p for p in repack(lower_floor))
+
+
+def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, torch_venv, sentinels, tmp_path):
+    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda)."""
+    sbin, log = sentinels
+    site = tmp_path / "site"
+    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+        zf.extractall(site)
+    from oeq_wheels import stub
+    stub_dir = stub.stub_for_library(site / EXTLIB / "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so",
+                                     tmp_path / "stub").parent
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "FASTMACE_OEQ_PREBUILT")}
+    env.update(PYTHONPATH=f"{site}{os.pathsep}{RUNTIME}", LD_LIBRARY_PATH=str(stub_dir),
+               PATH=f"{sbin}{os.pathsep}{env['PATH']}", TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    code = ("import json, torch, fastmace_oeq_ext as f; st = f.activate()\n"
+            "from openequivariance._torch import extlib\n"
+            "print('R ' + json.dumps({'torch': torch.__version__, 'pre': extlib.USE_PRECOMPILED_EXTENSION,"
+            " 'built': extlib.BUILT_EXTENSION, 'file': extlib.extension_module.__file__, 'status': st,"
+            " 'ops': hasattr(torch.ops.libtorch_tp_jit, 'jit_conv_forward')}))")
+    r = subprocess.run([str(torch_venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
+                       capture_output=True, text=True, cwd=tmp_path)
+    res = json.loads([l for l in r.stdout.splitlines() if l.startswith("R ")][-1][2:]) if "R " in r.stdout else None
+    assert res, r.stderr[-3000:]
+    assert res["torch"].startswith("2.14.1") and res["pre"] and res["built"] and res["ops"]
+    assert res["file"].startswith(str(site)) and res["status"]["state"] == "oeq-precompiled"
+    assert not log.exists() and not (tmp_path / "ext").exists()
+    d = subprocess.run([str(torch_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert d.returncode == 0 and d.stdout.startswith(
+        f"host extension: OpenEquivariance precompiled ({site / EXTLIB}/oeq_stable_cuda."), d.stdout
+    assert d.stdout.splitlines()[0].endswith("; no compiler needed")

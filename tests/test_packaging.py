@@ -1,0 +1,32 @@
+"""`pip install .` gives a working oeq-wheels outside the checkout (pipeline + runtime + data files)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_pip_install_dot_gives_a_working_cli_outside_the_checkout(tmp_path, cp311_wheel, cp311_oeq_wheel):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        str(REPO)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cli = str(venv / "bin" / "oeq-wheels")
+    r = subprocess.run([cli, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "install-matrix" in r.stdout and "publish" in r.stdout
+    # The whole gate, run from the installed package: pins, runtime file list, packaging licence.
+    r = subprocess.run([cli, "verify", str(cp311_wheel), str(cp311_oeq_wheel)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count("OK ") == 2, r.stdout + r.stderr
+    code = ("import fastmace_oeq_ext, oeq_wheels.assemble as a; "
+            "print(a.PACKAGING_LICENSE.is_file(), fastmace_oeq_ext.__file__, a.RUNTIME_DIR)")
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    ok, runtime_file, runtime_dir = r.stdout.split()
+    assert ok == "True" and str(venv) in runtime_file and str(venv) in runtime_dir, r.stdout + r.stderr
