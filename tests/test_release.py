@@ -55,6 +55,11 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, cp311_oeq_wheel, tm
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
     assert "1 openequivariance wheel(s) go to the GitHub release" in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
+    release.write_index(out, only_cp311(P.load()))
+    # The owner's conventional commands work on OUTDIR after build, publish --dry-run and index.
+    r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, out.iterdir())],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and sorted(p.name for p in out.iterdir()) == [cp311_wheel.name], r.stdout + r.stderr
 
 
 def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
