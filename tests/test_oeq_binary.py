@@ -90,8 +90,10 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
     assert any("torch_min" in p for p in repack(lower_floor))
 
 
-def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, torch_venv, sentinels, tmp_path):
-    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda)."""
+def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path):
+    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda).
+
+    The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
     sbin, log = sentinels
     site = tmp_path / "site"
     with zipfile.ZipFile(cp311_oeq_wheel) as zf:
@@ -107,14 +109,14 @@ def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, tor
             "print('R ' + json.dumps({'torch': torch.__version__, 'pre': extlib.USE_PRECOMPILED_EXTENSION,"
             " 'built': extlib.BUILT_EXTENSION, 'file': extlib.extension_module.__file__, 'status': st,"
             " 'ops': hasattr(torch.ops.libtorch_tp_jit, 'jit_conv_forward')}))")
-    r = subprocess.run([str(torch_venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
+    r = subprocess.run([str(oeq_venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     res = json.loads([l for l in r.stdout.splitlines() if l.startswith("R ")][-1][2:]) if "R " in r.stdout else None
     assert res, r.stderr[-3000:]
     assert res["torch"].startswith("2.14.1") and res["pre"] and res["built"] and res["ops"]
     assert res["file"].startswith(str(site)) and res["status"]["state"] == "oeq-precompiled"
     assert not log.exists() and not (tmp_path / "ext").exists()
-    d = subprocess.run([str(torch_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], env=env, capture_output=True,
+    d = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], env=env, capture_output=True,
                        text=True, cwd=tmp_path)
     assert d.returncode == 0 and d.stdout.startswith(
         f"host extension: OpenEquivariance precompiled ({site / EXTLIB}/oeq_stable_cuda."), d.stdout
