@@ -310,10 +310,14 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
     return v
 
 
+def _file_entry(x) -> tuple[str, str, str, str]:
+    """A pinned file (pins.Pinned) or a recorded one (manifest.Input), comparable with each other."""
+    return (x.name, x.version, x.file, x.sha256)
+
+
 def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
     """Every manifest field that the pins decide, compared with them (one line per difference)."""
-    entry = lambda pin: (pin.name, pin.version, pin.file, pin.sha256)
-    as_tuple = lambda i: (i.name, i.version, i.file, i.sha256)
+    entry = as_tuple = _file_entry
     cp = tag.interpreter
     want = {
         "package": p.package_name, "version": p.version, "oeq_version": p.oeq.version,
@@ -404,8 +408,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
 
 def build_record_problems(r: OeqBuild, p: pins_mod.Pins, tag, files: dict) -> list[str]:
     ob = p.oeq_binary
-    entry = lambda pin: (pin.name, pin.version, pin.file, pin.sha256)
-    as_tuple = lambda i: (i.name, i.version, i.file, i.sha256)
+    entry = as_tuple = _file_entry
     want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
             "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
             "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
