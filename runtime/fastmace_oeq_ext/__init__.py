@@ -69,8 +69,7 @@ def activate():
         import torch.utils.cpp_extension as ce
 
         from . import decision as r, hooks
-        env = r.environment()
-        env.update(cxx11_abi=int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)))
+        env = r.environment()  # torch is imported now, so this includes its C++ ABI
         # torch's own answer, where the text guess could differ (e.g. CUDA_HOME set before import).
         home = getattr(ce, "CUDA_HOME", None)
         env.update(cuda_home=home, cuda_home_usable=bool(home) and r.has_cuda_headers(home))
@@ -110,7 +109,7 @@ def library_path() -> str:
 
 
 def _prebuilt_reason(res: Resolution) -> str:
-    return next((c.reason for c in res.candidates if c.name == "prebuilt"), "not considered")
+    return res.reason("prebuilt") or "not considered"
 
 
 def deactivate():

@@ -67,6 +67,10 @@ class Resolution:
     def chosen(self) -> Candidate | None:
         return next((c for c in self.candidates if c.taken), None)
 
+    def reason(self, name: str) -> str | None:
+        """Why the candidate of that name was taken or refused; None when it was not considered."""
+        return next((c.reason for c in self.candidates if c.name == name), None)
+
     def refusals(self) -> str:
         return "; ".join(f"{c.name}: {c.reason}" for c in self.candidates if not c.taken)
 

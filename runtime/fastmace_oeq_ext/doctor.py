@@ -19,7 +19,7 @@ INSTALL_HINT = ("install them, or install the fastmace-oeq-ext wheel that matche
 def verdict(res: r.Resolution, env: dict) -> tuple[str, list[str], int]:
     """The verdict line, extra lines, and the exit code."""
     chosen = res.chosen
-    prebuilt = next((c.reason for c in res.candidates if c.name == "prebuilt"), None)
+    prebuilt = res.reason("prebuilt")
     not_used = f"; prebuilt not used: {prebuilt}" if prebuilt else ""
     tools = env.get("tools", {})
     found = ", ".join(f"{t} {p}" for t, p in tools.items() if p) or "no g++/ninja found"
