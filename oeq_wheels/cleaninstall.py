@@ -112,7 +112,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
         site = Path(subprocess.run([str(vpy), "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
                                    capture_output=True, text=True, check=True, env=env_only).stdout.strip())
         env = _sentinel_env(work, log, venv)
-        gpu = shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
+        gpu = has_gpu()
         if not gpu:
             stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", work / "libcuda-stub").parent
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
@@ -141,6 +141,12 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
             say(f"kept {work} (sentinel log: {log})")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def has_gpu() -> bool:
+    """An NVIDIA GPU answers here (else a stub libcuda.so.1 stands in for the driver)."""
+    return shutil.which("nvidia-smi") is not None and \
+        subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
 
 
 def _pip(cmd: list[str], env: dict | None = None) -> None:

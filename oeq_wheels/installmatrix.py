@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import pins as pins_mod, pythons, release, sentinels, stub
+from .cleaninstall import has_gpu
 from .errors import OeqWheelsError, UsageError
 from .output import extra_dir
 
@@ -131,7 +132,7 @@ def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base
                                    capture_output=True, text=True, check=True).stdout.strip())
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
         run_env = dict(env)
-        if mods and not _has_gpu():
+        if mods and not has_gpu():
             stub_dir = stub.stub_for_library(mods[0], work / "libcuda-stub").parent
             run_env["LD_LIBRARY_PATH"] = str(stub_dir)
         if with_fastmace:
@@ -158,11 +159,6 @@ def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base
             say(f"{case.torch} {case.installer}: kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _has_gpu() -> bool:
-    return shutil.which("nvidia-smi") is not None and \
-        subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
 
 
 def table(cases: list[Case]) -> str:

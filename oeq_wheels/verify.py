@@ -343,7 +343,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
                       twine: bool = True) -> Verdict:
     """Check a binary openequivariance wheel against the pins and the pinned sdist."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
-    from . import fetch, inputs, oeqpy
+    from . import fetch, inputs, oeqpy, stable
     from .files import default_cache
     ob = p.oeq_binary
     v = Verdict(wheel)
@@ -366,7 +366,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
         sdist_root = sdist_root or inputs.oeq_tree(got[p.oeq.file], p.oeq, cache)
         cuda_root = cuda_root or inputs.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
     extlib = oeqpy.EXTLIB.as_posix()
-    module = f"{extlib}/{ob.module_name}.cpython-{cp[2:]}-x86_64-linux-gnu.so"
+    module = f"{extlib}/{ob.module_name}{stable.ext_suffix(py_version)}"
     aoti = f"{extlib}/{ob.aoti_library}"
     info = f"openequivariance-{want_version}.dist-info"
     tree = {f"openequivariance/{q.relative_to(sdist_root / 'openequivariance').as_posix()}": q
