@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Print the path of a Python (>= 3.11) whose venv holds the pipeline's pinned tools,
-# creating the venv on first use. The venv lives in the cache, never in the repository.
+# creating the venv on first use from requirements/lock.txt (every package pinned with its
+# sha256, installed with --require-hashes). The venv lives in the cache, never in the repository.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
@@ -19,7 +20,8 @@ find_base_python() {
   return 1
 }
 
-key="$(cat "$REPO/requirements/"*.txt | sha256sum | cut -c1-12)"
+LOCK="$REPO/requirements/lock.txt"
+key="$(sha256sum <"$LOCK" | cut -c1-12)"
 VENV="$CACHE/venv-tools-$key"
 if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   base="$(find_base_python)"
@@ -27,7 +29,7 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   rm -rf "$VENV"
   mkdir -p "$CACHE"
   "$base" -m venv "$VENV"
-  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REPO/requirements/test.txt" \
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r "$LOCK" \
        >"$VENV/pip.log" 2>&1; then
     cat "$VENV/pip.log" >&2; echo "bootstrap: installing the pinned tools failed (log above)" >&2; exit 1
   fi
