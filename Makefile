@@ -3,7 +3,7 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish index install-matrix clean
+.PHONY: wheels test verify publish index install-matrix check-tag clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
@@ -22,6 +22,10 @@ index:
 # Plain pip and uv installs with every compiler replaced by a sentinel (MATRIX_FLAGS: --torch 2.14.1 ...).
 install-matrix:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels install-matrix $(OUTDIR) $(MATRIX_FLAGS)
+
+# The release workflow's first step: TAG must be v + the pinned version.
+check-tag:
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels check-tag "$(TAG)"
 
 clean:
 	rm -rf $(OUTDIR) $(OUTDIR)-extra

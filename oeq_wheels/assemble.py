@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from packaging.utils import canonicalize_name
 import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
-from . import __version__ as TOOL_VERSION
+from . import __version__ as TOOL_VERSION, proc
 from .errors import OeqWheelsError
 from .pins import Pins
 
@@ -29,6 +28,20 @@ DESCRIPTION = """\
 Prebuilt `{ext}.so`, the C++ host extension of OpenEquivariance {oeq}, for
 torch {torch} (CUDA {cuda}) on CPython {py}, Linux x86_64. With it installed,
 OpenEquivariance needs no compiler, ninja or CUDA toolkit at import time.
+
+## Install
+
+    pip install {name}
+
+This pulls torch {torch} and OpenEquivariance {oeq}. PyPI holds OpenEquivariance
+{oeq} as a source distribution only, which pip compiles at install time (a C++
+compiler, CMake and a LibTorch download). To install with no compiler at all, add
+the index of binary OpenEquivariance wheels that each release of this package
+publishes beside it (`simple-index.tar.gz` in the release's files):
+
+    pip install {name} --extra-index-url <that index>/simple/
+
+## Use
 
     import fastmace_oeq_ext
     fastmace_oeq_ext.activate()      # before `import openequivariance`
@@ -69,16 +82,20 @@ def metadata_text(pins: Pins, py_version: str) -> str:
                                           oeq=pins.oeq.version, torch=m.torch_version, cuda=m.cuda,
                                           py=py_version),
         "description_content_type": "text/markdown",
+        "project_urls": dict(pins.urls),
     }
     Metadata.from_raw(raw, validate=True)  # packaging validates every field
     # packaging's as_rfc822() writes lower-case field names, which twine's reader
     # rejects; emit the core-metadata spellings and check they parse back the same.
-    lines = [f"{CORE_FIELDS[k]}: {v}" for k, v in raw.items() if k not in ("requires_dist", "license_files", "description")]
+    lines = [f"{CORE_FIELDS[k]}: {v}" for k, v in raw.items()
+             if k not in ("requires_dist", "license_files", "description", "project_urls")]
+    lines += [f"Project-URL: {label}, {url}" for label, url in pins.urls]
     lines += [f"License-File: {f}" for f in raw["license_files"]]
     lines += [f"Requires-Dist: {r}" for r in raw["requires_dist"]]
     text = "\n".join(lines) + "\n\n" + raw["description"]
     parsed = Metadata.from_email(text, validate=True)
-    assert (parsed.name, str(parsed.version), parsed.license_expression) == (raw["name"], raw["version"], raw["license_expression"])
+    assert (parsed.name, str(parsed.version), parsed.license_expression, parsed.project_urls) == \
+        (raw["name"], raw["version"], raw["license_expression"], raw["project_urls"])
     return text
 
 
@@ -140,9 +157,9 @@ def pack(staged: Path, out_dir: Path, source_date_epoch: int) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(source_date_epoch))
-    proc = subprocess.run([sys.executable, "-m", "wheel", "pack", str(staged), "-d", str(out_dir)],
+    res = proc.run([sys.executable, "-m", "wheel", "pack", str(staged), "-d", str(out_dir)],
                           capture_output=True, text=True, env=env)
     made = sorted(set(out_dir.glob("*.whl")) - before)
-    if proc.returncode != 0 or len(made) != 1:
-        raise OeqWheelsError(f"wheel pack failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    if res.returncode != 0 or len(made) != 1:
+        raise OeqWheelsError(f"wheel pack failed: {res.stderr.strip() or res.stdout.strip()}")
     return made[0]

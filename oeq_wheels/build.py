@@ -19,9 +19,10 @@ from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
 from . import assemble, compile as cc, fetch, inputs, link, oeqpy, pins as pins_mod, pythons, stable, stub, verify
 from .errors import OeqWheelsError, UsageError
-from .files import default_cache, sha256_file
+from .files import default_cache, sha256_file, sweep_stale
 from .output import extra_dir, place
-from .progress import Stage, say, table
+from .proc import Interrupted, stop_if_cancelled
+from .progress import Stage, say, table, warn
 from .report import write_report
 
 
@@ -57,6 +58,7 @@ class Shared:
     stable_trees: stable.StableTrees | None = None
     stable_aoti: Path | None = None
     stable_stubs: Path | None = None
+    stable_tmp: Path | None = None  # holds stable_aoti and stable_stubs; removed when the run ends
     forbidden: list[str] = field(default_factory=list)
 
 
@@ -178,7 +180,7 @@ def prepare_stable(sh: Shared, pool_size: int) -> None:
     with Stage("oeq", "aoti"):
         with ThreadPoolExecutor(pool_size) as pool:
             objs = stable.compile_all(recipe, sh.objects, pool, python=False)["aoti"]
-        tmp = Path(tempfile.mkdtemp(prefix="oeq-wheels-stable-"))
+        tmp = sh.stable_tmp = Path(tempfile.mkdtemp(prefix="oeq-wheels-stable-"))
         sh.stable_stubs = stable.build_support(ob, recipe, sh.objects, sh.toolchain, objs, tmp / "stubs")
         sh.stable_aoti = stable.link_aoti(ob, trees, objs, sh.stable_stubs, tmp / ob.aoti_library, sh.toolchain)
 
@@ -246,9 +248,10 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     jobs = jobs or os.cpu_count() or 1
     say(f"oeq-wheels: {pins.package_name} {pins.version} and openequivariance {ob.version(pins.oeq.version)}, "
         f"matrix {pins.matrix.name}, Pythons {', '.join(wanted)}, {toolchain.version}, {jobs} jobs, cache {cache}")
-    with Stage("all", "fetch"):
+    sweep_stale(outdir, extra, cache / "extract", cache / "extract" / "blobs")  # what killed runs left
+    with Stage("all", "fetch") as st:
         files = fetch.ensure(pins.all_inputs([pins_mod.cp_tag(v) for v in wanted]) + pins.oeq_binary_inputs(),
-                             cache, say)
+                             cache, say, stage=st)
     with Stage("all", "unpack"):
         oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
         cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
@@ -259,14 +262,16 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
                                   *verify.default_forbidden_paths()}))
     rows, failures = [], {}
-    if oeq_wanted:
-        try:
-            prepare_stable(sh, jobs)
-        except OeqWheelsError as exc:
-            for v in oeq_wanted:
-                failures[f"openequivariance {pins_mod.cp_tag(v)}"] = str(exc)
-            oeq_wanted = []
     try:
+        if oeq_wanted:
+            try:
+                prepare_stable(sh, jobs)
+            except Interrupted:
+                raise
+            except OeqWheelsError as exc:
+                for v in oeq_wanted:
+                    failures[f"openequivariance {pins_mod.cp_tag(v)}"] = str(exc)
+                oeq_wanted = []
         with ThreadPoolExecutor(len(wanted) + len(oeq_wanted)) as pool:
             futs = {pool.submit(build_one, sh, interps[v], outdir, force): f"{pins.package_name} {pins_mod.cp_tag(v)}"
                     for v in wanted}
@@ -275,18 +280,27 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
             for fut, who in futs.items():
                 try:
                     rows.append(fut.result())
+                except Interrupted:
+                    raise
                 except OeqWheelsError as exc:  # report every wheel, then fail
                     failures[who] = str(exc)
     finally:
-        if sh.stable_aoti is not None:
-            shutil.rmtree(sh.stable_aoti.parent, ignore_errors=True)
+        if sh.stable_tmp is not None:
+            shutil.rmtree(sh.stable_tmp, ignore_errors=True)
+    stop_if_cancelled()
     rows.sort(key=lambda r: r["wheel"])
     elapsed = time.monotonic() - t0
-    write_report(extra, pins, rows, failures, elapsed, toolchain)
+    # A failed build keeps the last good REPORT (it describes the wheels still there) and writes its own beside it.
+    report = write_report(extra, pins, rows, failures, elapsed, toolchain, "REPORT-failed" if failures else "REPORT")
+    if not failures:  # an earlier failure's report no longer describes this directory
+        for stale in ("REPORT-failed.md", "REPORT-failed.json"):
+            (extra / stale).unlink(missing_ok=True)
     say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s: {pins.package_name} into {outdir}, "
         f"openequivariance into {extra}")
     if rows:
         print(table(rows))
     for who, why in failures.items():
-        say(f"\n[{who}] FAILED, no wheel written: {why}")
+        warn(f"\n[{who}] FAILED, no wheel written: {why}")
+    if failures:
+        warn(f"the failures are in {report}; the previous REPORT.md, if any, is unchanged")
     return rows, failures

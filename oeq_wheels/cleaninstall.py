@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
-from . import oeqpy, pins as pins_mod, pythons, sentinels, stub
+from . import oeqpy, pins as pins_mod, proc, pythons, sentinels, stub
 from .errors import OeqWheelsError, UsageError
 from .verify import Verdict
 
@@ -97,7 +96,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
     say = lambda m: print(f"clean-install: {m}", flush=True)
     try:
         say(f"fresh venv in {venv} ({base})")
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+        proc.run([base, "-m", "venv", str(venv)], check=True)
         pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         say(f"installing torch=={pins.matrix.torch_version} (CUDA {pins.matrix.cuda} build)")
         _pip(pip + [f"torch=={pins.matrix.torch_version}"])
@@ -109,7 +108,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
         env_only["PIP_CONFIG_FILE"] = os.devnull
         _pip(pip + ["--no-index", "--find-links", str(wheel_dir), f"{pins.package_name}=={pins.version}"], env_only)
         # The venv's own package: no PYTHONPATH (a checkout's runtime/ must not stand in for it).
-        site = Path(subprocess.run([str(vpy), "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
+        site = Path(proc.run([str(vpy), "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
                                    capture_output=True, text=True, check=True, env=env_only).stdout.strip())
         env = _sentinel_env(work, log, venv)
         gpu = has_gpu()
@@ -117,9 +116,9 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
             stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", work / "libcuda-stub").parent
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
             say("no GPU here: a stub libcuda.so.1 stands in for the driver")
-        doc = subprocess.run([str(vpy), "-m", "fastmace_oeq_ext"], capture_output=True, text=True, env=env, cwd=work)
+        doc = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], capture_output=True, text=True, env=env, cwd=work)
         say(f"doctor: {doc.stdout.strip()}")
-        sm = subprocess.run([str(vpy), "-W", "ignore", "-c", SMOKE], capture_output=True, text=True, env=env, cwd=work)
+        sm = proc.run([str(vpy), "-W", "ignore", "-c", SMOKE], capture_output=True, text=True, env=env, cwd=work)
         lines = [l for l in sm.stdout.splitlines() if l.startswith("SMOKE ")]
         smoke = json.loads(lines[-1][6:]) if lines else None
         if smoke:
@@ -146,12 +145,12 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
 def has_gpu() -> bool:
     """An NVIDIA GPU answers here (else a stub libcuda.so.1 stands in for the driver)."""
     return shutil.which("nvidia-smi") is not None and \
-        subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0
+        proc.run(["nvidia-smi"], capture_output=True).returncode == 0
 
 
 def _pip(cmd: list[str], env: dict | None = None) -> None:
     """Run pip quietly; show its output only when it fails."""
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = proc.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise OeqWheelsError(f"pip failed: {' '.join(cmd[3:])}\n{(r.stdout + r.stderr)[-3000:]}")
 

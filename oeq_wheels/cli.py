@@ -6,24 +6,43 @@ usage error (bad option, pins, directory), 1 for a build or check that failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
-from . import __version__
+from . import __version__, output, proc, progress
 from .errors import OeqWheelsError
+from .files import sweep_stale, temp_prefix
 
 
 def _pythons_arg(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _verbosity() -> argparse.ArgumentParser:
+    """-q/-v, accepted before or after the verb."""
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_const", const=progress.QUIET, dest="level",
+                   default=argparse.SUPPRESS, help="only warnings, errors and results")
+    g.add_argument("-v", "--verbose", action="store_const", const=progress.VERBOSE, dest="level",
+                   default=argparse.SUPPRESS, help="also every command the pipeline runs")
+    return common
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="oeq-wheels", description=__doc__,
+    common = _verbosity()
+    ap = argparse.ArgumentParser(prog="oeq-wheels", description=__doc__, parents=[common],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"oeq-wheels {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="VERB")
 
-    b = sub.add_parser("build", help="build and verify both packages' wheels",
+    b = sub.add_parser("build", parents=[common], help="build and verify both packages' wheels",
                        description="Build and verify the fastmace-oeq-ext wheels into OUTDIR and the binary "
                                    "openequivariance wheels (plus REPORT.md/.json) into OUTDIR-extra.")
     b.add_argument("outdir", type=Path, metavar="OUTDIR")
@@ -31,28 +50,28 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--matrix", help="a [matrix.NAME] of pins.toml (default: the release matrix)")
     b.add_argument("--force", action="store_true", help="overwrite a different wheel of the same name")
     b.add_argument("--jobs", type=int, help="parallel compiler processes (default: CPU count)")
-    b.add_argument("--runner", choices=["host"], default="host",
-                   help="where the build runs (build.sh also offers the container runner)")
+    b.add_argument("--runner", choices=["auto", "host", "docker"], default="auto",
+                   help="auto (default): the manylinux_2_28 container when '$DOCKER info' answers, else this host")
 
-    v = sub.add_parser("verify", help="re-check built wheels on their own (either package)",
+    v = sub.add_parser("verify", parents=[common], help="re-check built wheels on their own (either package)",
                        description="Check each wheel against the pins: files, METADATA, manifest or build "
                                    "record, ELF, auditwheel, twine check.")
     v.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL")
     v.add_argument("--matrix", help="pins matrix for openequivariance wheels' checks (default: the release matrix)")
 
-    o = sub.add_parser("oeq-wheel", help="OEq's Python package as a pure wheel (no extension; for tests)")
+    o = sub.add_parser("oeq-wheel", parents=[common], help="OEq's Python package as a pure wheel (no extension; for tests)")
     o.add_argument("outdir", type=Path, metavar="OUTDIR")
 
-    s = sub.add_parser("stub", help="write a stub libcuda.so.1 for a library's driver symbols (tests, no GPU)")
+    s = sub.add_parser("stub", parents=[common], help="write a stub libcuda.so.1 for a library's driver symbols (tests, no GPU)")
     s.add_argument("library", type=Path)
     s.add_argument("outdir", type=Path, metavar="OUTDIR")
 
-    c = sub.add_parser("clean-install", help="fresh venv, compilers replaced by sentinels: the prebuilt must work")
+    c = sub.add_parser("clean-install", parents=[common], help="fresh venv, compilers replaced by sentinels: the prebuilt must work")
     c.add_argument("wheel_dir", type=Path, metavar="WHEEL_DIR")
     c.add_argument("python", nargs="?", help="X.Y or an interpreter path (default 3.11)")
     c.add_argument("--keep", action="store_true", help="keep the venv and logs")
 
-    m = sub.add_parser("install-matrix", help="plain pip/uv installs from the registry plus our index, no compiler",
+    m = sub.add_parser("install-matrix", parents=[common], help="plain pip/uv installs from the registry plus our index, no compiler",
                        description="For each torch and installer: a fresh venv, compilers replaced by sentinels "
                                    "before installing, then OEq must import with its ops and build nothing.")
     m.add_argument("outdir", type=Path, metavar="OUTDIR", help="a build's OUTDIR (its -extra holds the OEq wheels)")
@@ -60,36 +79,101 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
     m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
+    m.add_argument("--from-index", metavar="URL", help="take fastmace-oeq-ext from this simple index (e.g. "
+                                                       "TestPyPI's, after an upload) instead of OUTDIR")
 
-    pb = sub.add_parser("publish", help="gate both packages, write SHA256SUMS, upload fastmace-oeq-ext with twine",
+    pb = sub.add_parser("publish", parents=[common], help="gate both packages, write SHA256SUMS, upload fastmace-oeq-ext with twine",
                         description="Refuse unless OUTDIR holds exactly the pinned fastmace-oeq-ext set and "
                                     "OUTDIR-extra the openequivariance set, each verified; then `twine upload` "
                                     "OUTDIR's wheels (only those: the OEq wheels never go to PyPI).")
     pb.add_argument("outdir", type=Path, metavar="OUTDIR")
     pb.add_argument("--repository", help="a twine repository name, e.g. testpypi (default: pypi)")
     pb.add_argument("--repository-url", help="an upload URL (instead of --repository)")
+    pb.add_argument("--index-url", help="the repository's simple index, asked which files it already has "
+                                        "(default: PyPI's/TestPyPI's, else <repository URL>/simple/)")
     pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
     pb.add_argument("--matrix")
 
-    ix = sub.add_parser("index", help="write OUTDIR-extra/simple, a PEP 503 index of the openequivariance wheels")
+    ix = sub.add_parser("index", parents=[common], help="write OUTDIR-extra/simple, a PEP 503 index of the openequivariance wheels")
     ix.add_argument("outdir", type=Path, metavar="OUTDIR")
     ix.add_argument("--matrix")
     ix.add_argument("--base-url", help="absolute URL the wheels are served from (default: links relative to OUTDIR-extra)")
 
-    sub.add_parser("pythons", help="list the interpreters the build would use")
-    f = sub.add_parser("fetch", help="download the pinned inputs into the cache")
+    t = sub.add_parser("check-tag", parents=[common], help="refuse a release tag other than v + the pinned version")
+    t.add_argument("tag", metavar="TAG", help="e.g. v0.7.0.post2 or refs/tags/v0.7.0.post2")
+    t.add_argument("--matrix")
+
+    sub.add_parser("pythons", parents=[common], help="list the interpreters the build would use")
+    f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs into the cache")
     f.add_argument("--python", type=_pythons_arg)
     f.add_argument("--matrix")
     return ap
 
 
+def _on_signal(signum, frame):
+    """SIGINT/SIGTERM: stop every child and worker, then unwind (temporary files go with it)."""
+    proc.cancel()
+    for s in (signal.SIGINT, signal.SIGTERM):  # a second signal while cleaning up only repeats the stop
+        signal.signal(s, lambda *_: proc.cancel())
+    raise proc.Interrupted(signal.Signals(signum).name)
+
+
+def _join_workers() -> None:
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+
+
+@contextlib.contextmanager
+def _run_tempdir():
+    """One temporary directory per run, TMPDIR for us and every tool we start (pip, compilers).
+
+    Whatever a stopped tool leaves behind (pip's unpack and build-tracker directories after
+    SIGTERM, say) goes when the run ends, however it ends; a killed run's directory goes
+    at the start of the next one.
+    """
+    base = Path(tempfile.gettempdir())
+    sweep_stale(base)
+    run_tmp = tempfile.mkdtemp(dir=base, prefix=temp_prefix("oeq-wheels-run"))
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = run_tmp, run_tmp
+    try:
+        yield
+    finally:
+        _join_workers()  # workers unwind (removing their own trees) once their tools are gone
+        tempfile.tempdir = None
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        shutil.rmtree(run_tmp, ignore_errors=True)
+
+
+def _interrupted(exc: proc.Interrupted) -> int:
+    # By now every worker has stopped and the run's temporary directory is gone (_run_tempdir),
+    # so what is printed below is already true.
+    done = output.placed()
+    kept = (f"; the wheels finished before it stay: {', '.join(p.name for p in done)}" if done
+            else "; no wheel was written by this run")
+    print(f"oeq-wheels: interrupted ({exc}): stopped every tool and worker, removed their temporary "
+          f"files and partial downloads{kept}", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    progress.set_level(getattr(args, "level", progress.NORMAL))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
     try:
-        return _dispatch(args)
-    except KeyboardInterrupt:
-        print("oeq-wheels: interrupted", file=sys.stderr)
-        return 130
+        with _run_tempdir():
+            return _dispatch(args)
+    except proc.Interrupted as exc:
+        return _interrupted(exc)
+    except BrokenPipeError:  # e.g. `oeq-wheels pythons | head -1`
+        sys.stderr.close()
+        return 1
     except OeqWheelsError as exc:  # expected: one line, no traceback
         print(f"oeq-wheels: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -99,6 +183,12 @@ def _dispatch(args) -> int:
     from .files import default_cache
     from .pins import cp_tag, load, select_pythons
     if args.cmd == "build":
+        from . import runner
+        if args.python is not None:  # refuse bad input before any work, whichever the runner
+            pins = load(args.matrix)
+            select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+        if runner.choose(args.runner) == "docker":
+            runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs))
         from .build import run
         _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs)
         return 1 if failures else 0
@@ -134,13 +224,18 @@ def _dispatch(args) -> int:
         return run(args.wheel_dir, args.python, default_cache(), args.keep)
     if args.cmd == "install-matrix":
         from .installmatrix import run
-        return run(args.outdir, args.torch, args.installer, args.python, args.keep)
+        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index)
     if args.cmd == "publish":
         from .release import publish
-        return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url)
+        return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
+                       args.index_url)
     if args.cmd == "index":
         from .release import write_index
         print(write_index(args.outdir, load(args.matrix), args.base_url))
+        return 0
+    if args.cmd == "check-tag":
+        from .release import check_tag
+        print(f"release tag {check_tag(args.tag, load(args.matrix))} matches the pinned version")
         return 0
     if args.cmd == "pythons":
         from .pythons import PythonNotFound, find

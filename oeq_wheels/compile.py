@@ -22,7 +22,10 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from . import proc
 from .errors import OeqWheelsError
+from .files import sha256_file, sweep_stale, temp_prefix
+from .progress import warn
 
 SHIM_DIR = Path(__file__).with_name("shim")
 
@@ -75,8 +78,10 @@ class Toolchain:
     def detect(cls, env: dict | None = None) -> "Toolchain":
         env = os.environ if env is None else env
         cxx, cc, strip = env.get("CXX", "g++"), env.get("CC", "gcc"), env.get("STRIP", "strip")
+        if not shlex.split(cxx):
+            raise CompileError("CXX is set but empty; unset it (to use g++) or name a C++ compiler")
         try:
-            out = subprocess.run([*shlex.split(cxx), "--version"], capture_output=True, text=True, check=True).stdout
+            out = proc.run([*shlex.split(cxx), "--version"], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as exc:
             raise CompileError(f"C++ compiler {cxx!r} does not run ({exc}); install g++ or set CXX") from exc
         return cls(cxx, cc, strip, out.splitlines()[0].strip())
@@ -139,6 +144,7 @@ class ObjectCache:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         root.mkdir(parents=True, exist_ok=True)
+        sweep_stale(root)
 
     def key(self, source: Path, flags: list[str]) -> str:
         h = hashlib.sha256()
@@ -152,22 +158,52 @@ class ObjectCache:
         key = self.key(source, flags)
         obj = self.root / f"{key}.o"
         with self._key_lock(key):  # Pythons built in parallel share json11: compile it once
-            if obj.is_file():
+            if self._intact(obj):
                 return obj, True
             return self._compile(source, flags, key, obj), False
+
+    @staticmethod
+    def _sum_file(obj: Path) -> Path:
+        return obj.with_name(obj.name + ".sha256")
+
+    def _intact(self, obj: Path) -> bool:
+        """A cached object is used only if it still has the sha256 recorded when it was compiled.
+
+        Objects are small (a few MB in all), so each is hashed on every use. A damaged one
+        is removed and compiled again, never linked.
+        """
+        if not obj.is_file():
+            return False
+        try:
+            recorded = self._sum_file(obj).read_text().strip()
+        except OSError:
+            recorded = None  # from an older oeq-wheels
+        if recorded is not None and sha256_file(obj) == recorded:
+            return True
+        if recorded is not None:
+            warn(f"cached object {obj.name} does not match its recorded sha256; compiling it again")
+        obj.unlink(missing_ok=True)
+        return False
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
 
     def _compile(self, source: Path, flags: list[str], key: str, obj: Path) -> Path:
-        tmp = obj.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.o")
+        tmp = obj.with_name(temp_prefix(key) + f"{threading.get_ident()}.o")
         cmd = [*shlex.split(self.toolchain.cxx), "-c", str(source), "-o", str(tmp), *flags]
-        with self.slots:
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
+        try:
+            with self.slots:
+                res = proc.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-15:])
+                raise CompileError(f"compiling {source.name} failed (exit {res.returncode}):\n{tail}")
+            # The sum first, then the object: a reader that sees the object also sees its sum.
+            sum_tmp = tmp.with_name(tmp.name + ".sha256")
+            sum_tmp.write_text(sha256_file(tmp) + "\n")
+            os.replace(sum_tmp, self._sum_file(obj))
+            os.replace(tmp, obj)
+        finally:
             tmp.unlink(missing_ok=True)
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-            raise CompileError(f"compiling {source.name} failed (exit {proc.returncode}):\n{tail}")
-        os.replace(tmp, obj)
+            tmp.with_name(tmp.name + ".sha256").unlink(missing_ok=True)
         return obj

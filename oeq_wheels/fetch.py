@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import re
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from . import proc
 from .errors import OeqWheelsError
-from .files import sha256_file
+from .files import sha256_file, sweep_stale, temp_prefix
 from .pins import Pinned
 
 
@@ -24,28 +27,67 @@ def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
 
-def _is_verified(path: Path, sha256: str) -> bool:
-    """A cached file counts as verified if its stamp matches its size and mtime.
+def _stat_key(path: Path) -> dict:
+    st = path.stat()
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
-    Hashing ~3 GB of wheels on every run would dominate a no-change rebuild; the
-    stamp is written only after a full sha256 check, and any change re-hashes.
+
+def _is_verified(path: Path, sha256: str) -> bool:
+    """A cached file counts as verified while it is the very file that was hashed.
+
+    Hashing ~3 GB of wheels on every run would dominate a no-change rebuild, so the
+    stamp written after a full sha256 check holds the file's inode, size, mtime and
+    ctime: any write changes the ctime (even one that restores the mtime, and no
+    user-space call can set it back), and then the file is hashed again.
     """
     stamp = _stamp(path)
     if not (path.is_file() and stamp.is_file()):
         return False
-    st = path.stat()
     try:
         rec = json.loads(stamp.read_text())
     except ValueError:
         return False
-    return rec == {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return rec == {"sha256": sha256, **_stat_key(path)}
 
 
 def _mark_verified(path: Path, sha256: str) -> None:
-    st = path.stat()
-    _stamp(path).write_text(
-        json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-    )
+    tmp = path.with_name(temp_prefix(path.name) + "verified")
+    tmp.write_text(json.dumps({"sha256": sha256, **_stat_key(path)}))
+    os.replace(tmp, _stamp(path))
+
+
+class _Progress:
+    """Each running download's bytes so far, from pip's own `--progress-bar raw` lines."""
+
+    LINE = re.compile(r"^Progress (\d+) of (\d+)$")
+
+    def __init__(self):
+        self.guard = threading.Lock()
+        self.running: dict[str, tuple[float, int, int]] = {}  # file -> (start, done, total)
+
+    def start(self, name: str) -> None:
+        with self.guard:
+            self.running[name] = (time.monotonic(), 0, 0)
+
+    def line(self, name: str, text: str) -> None:
+        m = self.LINE.match(text.strip())
+        if m:
+            with self.guard:
+                self.running[name] = (self.running[name][0], int(m.group(1)), int(m.group(2)))
+
+    def finish(self, name: str) -> str:
+        with self.guard:
+            t0, _done, total = self.running.pop(name)
+        dt = max(time.monotonic() - t0, 1e-3)
+        return f"{total / 1e6:.0f} MB in {dt:.0f}s, {total / 1e6 / dt:.1f} MB/s" if total else f"{dt:.0f}s"
+
+    def detail(self) -> str:
+        with self.guard:
+            items = list(self.running.items())
+        now = time.monotonic()
+        parts = [f"{name} {done / 1e6:.0f}/{total / 1e6:.0f} MB at {done / 1e6 / max(now - t0, 1e-3):.1f} MB/s"
+                 if total else f"{name} starting" for name, (t0, done, total) in items]
+        return "downloading " + "; ".join(parts) if parts else ""
 
 
 def _pip_args(item: Pinned) -> list[str]:
@@ -67,16 +109,19 @@ def _pip_args(item: Pinned) -> list[str]:
     return args
 
 
-def _download_one(item: Pinned, dest: Path, log) -> None:
-    with tempfile.TemporaryDirectory(dir=dest, prefix=".dl-") as tmp:
+def _download_one(item: Pinned, dest: Path, log, progress: _Progress) -> None:
+    # A partial download lives only in this temporary directory, removed on any failure or interrupt.
+    with tempfile.TemporaryDirectory(dir=dest, prefix=temp_prefix("download")) as tmp:
         req = Path(tmp) / "requirement.txt"
         req.write_text(f"{item.requirement} --hash=sha256:{item.sha256}\n")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-               "--disable-pip-version-check", "-q", "-d", tmp, "-r", str(req), *_pip_args(item)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+               "--disable-pip-version-check", "--progress-bar", "raw", "-d", tmp, "-r", str(req), *_pip_args(item)]
+        progress.start(item.file)
+        res = proc.run(cmd, capture_output=True, text=True, on_line=lambda l: progress.line(item.file, l))
+        took = progress.finish(item.file)
         got = Path(tmp) / item.file
-        if proc.returncode != 0 or not got.is_file():
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
+        if res.returncode != 0 or not got.is_file():
+            detail = (res.stderr or res.stdout).strip().splitlines()
             hint = [l for l in detail if "hash" in l.lower() or "ERROR" in l] or detail[-3:]
             raise FetchError(
                 f"could not download {item.file} ({item.requirement}) with its pinned sha256: "
@@ -90,16 +135,18 @@ def _download_one(item: Pinned, dest: Path, log) -> None:
             )
         os.replace(got, dest / item.file)
         _mark_verified(dest / item.file, item.sha256)
-    log(f"downloaded {item.file}")
+    log(f"downloaded {item.file} ({took})")
 
 
-def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4) -> dict[str, Path]:
+def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, stage=None) -> dict[str, Path]:
     """Make every pinned file present and verified in cache/downloads; return file -> path.
 
     Files already verified are used as they are, so a second run needs no network.
+    stage: a progress.Stage whose heartbeat then names each download's size and rate.
     """
     dest = cache / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
+    sweep_stale(dest)
     out: dict[str, Path] = {}
     missing: list[Pinned] = []
     for item in dict.fromkeys(items):
@@ -116,8 +163,12 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4) 
             path.unlink()
         missing.append(item)
     if missing:
+        progress = _Progress()
+        if stage is not None:
+            stage.detail = progress.detail
+        log(f"downloading {len(missing)} file(s): {', '.join(m.file for m in missing)}")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for fut in [pool.submit(_download_one, m, dest, log) for m in missing]:
+            for fut in [pool.submit(_download_one, m, dest, log, progress) for m in missing]:
                 fut.result()
     return out
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 from pathlib import Path
 
 
@@ -19,3 +21,41 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def temp_prefix(name: str) -> str:
+    """Hidden temporary names carry the owner's pid, so a later run can remove a killed run's leftovers."""
+    return f".{name}.pid{os.getpid()}."
+
+
+_TEMP = re.compile(r"^\..*\.pid(\d+)\.")
+
+
+def sweep_stale(*dirs: Path) -> int:
+    """Remove the temporary files and trees of runs that no longer exist (SIGKILL, power loss)."""
+    removed = 0
+    for d in dirs:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            m = _TEMP.match(e.name)
+            if not m or _alive(int(m.group(1))):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                Path(e.path).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

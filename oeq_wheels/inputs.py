@@ -3,49 +3,170 @@
 A CUDA torch install is ~5.5 GB and `import torch` needs all of it; the build
 needs only torch's headers, the libraries it links against and two text files.
 Each tree is unpacked once per input hash into the cache (build in a temporary
-directory, then rename), so concurrent or interrupted runs never see half a tree.
+directory, then rename), so concurrent or interrupted runs never see half a tree,
+and carries a record of its content that every run checks before using it.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tarfile
 import tempfile
 import threading
 import zipfile
+import zlib
 from pathlib import Path
 
+from .errors import OeqWheelsError
+from .files import temp_prefix
 from .pins import Pinned
+from .progress import warn
 
 TORCH_TEXT_FILES = ("torch/version.py", "torch/utils/cpp_extension.py")
 
 
-def _atomic_tree(target: Path, fill) -> Path:
-    """Create target by calling fill(tmpdir) and renaming; reuse it if it exists."""
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+TREE_RECORD = ".oeq-wheels-tree.json"    # what was unpacked: {path: [size, crc32]}, written once
+TREE_STAMPS = ".oeq-wheels-stamps.json"   # when each file was last checked: {path: [ino, size, mtime_ns, ctime_ns]}
+
+
+class InputError(OeqWheelsError):
+    pass
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _files(root: Path) -> dict[str, Path]:
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            path = Path(dirpath, n)
+            rel = path.relative_to(root).as_posix()
+            if rel not in (TREE_RECORD, TREE_STAMPS):
+                out[rel] = path
+    return out
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(temp_prefix(path.name) + "tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    os.replace(tmp, path)
+
+
+def _record_tree(root: Path) -> None:
+    """Write the content record and the stamps of a freshly unpacked tree."""
+    files = _files(root)
+    record, stamps = {}, {}
+    for rel, path in files.items():
+        st = path.stat()
+        record[rel] = [st.st_size, _crc32(path)]
+        stamps[rel] = _stat_key(st)
+    _write_json(root / TREE_RECORD, record)
+    _write_json(root / TREE_STAMPS, stamps)
+
+
+def tree_problem(root: Path) -> str | None:
+    """Why a cached tree cannot be used, or None.
+
+    Every file must be there, nothing else, and each must hold the CRC-32 recorded when
+    it was unpacked. Reading ~3 GB of trees on every build would take longer than the
+    build, so a file is re-read only when its inode, size, mtime or ctime differ from
+    when it was last checked: any write changes the ctime, even one that restores the
+    mtime, and no user-space call can set it back.
+    """
     try:
-        fill(tmp)
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another process finished first
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        record = json.loads((root / TREE_RECORD).read_text())
+    except (OSError, ValueError):
+        return "it has no content record (unpacked by an older oeq-wheels, or interrupted)"
+    try:
+        stamps = json.loads((root / TREE_STAMPS).read_text())
+    except (OSError, ValueError):
+        stamps = {}
+    files = _files(root)
+    if files.keys() != record.keys():
+        odd = sorted(files.keys() ^ record.keys())
+        return f"{len(odd)} file(s) missing or added, e.g. {odd[0]}"
+    changed = {}
+    for rel, path in files.items():
+        st = path.stat()
+        key = _stat_key(st)
+        if stamps.get(rel) == key:
+            continue
+        size, crc = record[rel]
+        if st.st_size != size or _crc32(path) != crc:
+            return f"{rel} differs from what was unpacked"
+        changed[rel] = key
+    if changed:
+        _write_json(root / TREE_STAMPS, {**stamps, **changed})
+    return None
 
 
-_locks: dict[str, threading.Lock] = {}
+_checked: set[Path] = set()
+_tree_locks: dict[Path, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-def _blob_lock(name: str) -> threading.Lock:
+def _lock_for(key, table: dict) -> threading.Lock:
     with _locks_guard:
-        return _locks.setdefault(name, threading.Lock())
+        return table.setdefault(key, threading.Lock())
+
+
+def _atomic_tree(target: Path, fill) -> Path:
+    """Create target by calling fill(tmpdir) and renaming; reuse it while it checks out.
+
+    A damaged tree is moved aside and unpacked again from its (sha256-verified) archive.
+    """
+    with _lock_for(target, _tree_locks):  # the Pythons of one build share trees: check each once
+        if target in _checked:
+            return target
+        if target.is_dir():
+            problem = tree_problem(target)
+            if problem is None:
+                _checked.add(target)
+                return target
+            warn(f"cached {target.name} cannot be used: {problem}; unpacking it again")
+            aside = target.with_name(temp_prefix(target.name) + "damaged")
+            try:
+                os.rename(target, aside)
+            except FileNotFoundError:  # another run moved it first
+                pass
+            shutil.rmtree(aside, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
+        try:
+            try:
+                fill(tmp)
+            except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as exc:
+                raise InputError(f"cannot unpack the archive for {target.name}: {exc}; remove it from "
+                                 f"{target.parent.parent / 'downloads'} and run again to download it afresh") from None
+            _record_tree(tmp)
+            try:
+                os.rename(tmp, target)
+            except OSError:  # another process finished first
+                if not target.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _checked.add(target)
+        return target
+
+
+_locks: dict[str, threading.Lock] = {}
+
+
+def _blob_lock(name: str) -> threading.Lock:
+    return _lock_for(name, _locks)
 
 
 def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blobs: Path | None) -> None:
@@ -59,10 +180,13 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
     if blobs is not None and info.file_size > (8 << 20):
         blob = blobs / f"{Path(info.filename).name}-{info.file_size}-{info.CRC:08x}"
         with _blob_lock(blob.name):  # Pythons built in parallel threads want the same blobs
+            if blob.is_file() and (blob.stat().st_size != info.file_size or _crc32(blob) != info.CRC):
+                warn(f"cached {blob.name} is damaged; extracting it again")
+                blob.unlink()
             if not blob.is_file():
                 blobs.mkdir(parents=True, exist_ok=True)
-                tmp = blob.with_name(f".{blob.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-                with zf.open(info) as src, open(tmp, "wb") as dst:
+                tmp = blob.with_name(temp_prefix(blob.name) + f"{threading.get_ident()}.tmp")
+                with zf.open(info) as src, open(tmp, "wb") as dst:  # zipfile checks the CRC at the end
                     shutil.copyfileobj(src, dst, 1 << 22)
                 os.replace(tmp, blob)
         os.link(blob, dest)

@@ -4,7 +4,8 @@ For each torch release and installer (pip, uv): a fresh venv; g++, gcc, c++, cc,
 nvcc and cmake replaced by failing sentinels BEFORE the install; then a plain
 `pip install torch==X openequivariance==0.7.0` (or, for FastMACE's torch,
 `pip install torch==2.14.1 fastmace-oeq-ext`) from the registry plus our index
-(OUTDIR-extra/simple, served on loopback) and OUTDIR as find-links. OpenEquivariance
+(OUTDIR-extra/simple, served on loopback) and OUTDIR as find-links (or, with
+--from-index, fastmace-oeq-ext from the index it was uploaded to). OpenEquivariance
 must then import with its precompiled stable extension (our binary wheel, never the
 sdist), its operators registered, torch a CUDA 13 build, the doctor (where
 fastmace-oeq-ext is installed) saying no compiler is needed, and the sentinel log
@@ -21,14 +22,13 @@ import http.server
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pins as pins_mod, pythons, release, sentinels, stub
+from . import pins as pins_mod, proc, pythons, release, sentinels, stub
 from .cleaninstall import has_gpu
 from .errors import OeqWheelsError, UsageError
 from .output import extra_dir
@@ -99,8 +99,8 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
     return why
 
 
-def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base_python: str, keep: bool,
-             say) -> Case:
+def run_case(case: Case, pins: pins_mod.Pins, src: list[str], base_python: str, keep: bool, say) -> Case:
+    """One fresh venv and install; src: the pip/uv options that add our packages' sources."""
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.installer}-"))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
@@ -112,23 +112,22 @@ def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base
     vpy = venv / "bin" / "python"
     with_fastmace = case.torch == FASTMACE_TORCH
     reqs = requirements(case.torch, with_fastmace, pins)
-    src = ["--extra-index-url", index_url, "--find-links", str(outdir)]
     try:
         if case.installer == "uv":
-            subprocess.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
+            proc.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
                            env=env, check=True, capture_output=True)
             # uv takes wheel file names as immutable; a rebuilt wheel of the same name must not come from its cache.
             fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
             cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(vpy), *fresh, *src, *reqs]
         else:
-            subprocess.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
+            proc.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
             cmd = [str(vpy), "-m", "pip", "install", "-q", *src, *reqs]
         say(f"{case.torch} {case.installer}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        r = proc.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
             return case
-        site = Path(subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        site = Path(proc.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                    capture_output=True, text=True, check=True).stdout.strip())
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
         run_env = dict(env)
@@ -137,13 +136,13 @@ def run_case(case: Case, pins: pins_mod.Pins, outdir: Path, index_url: str, base
             run_env["LD_LIBRARY_PATH"] = str(stub_dir)
         if with_fastmace:
             run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled
-        c = subprocess.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True,
+        c = proc.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True,
                            cwd=work)
         lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
         check = json.loads(lines[-1][7:]) if lines else None
         doctor = None
         if with_fastmace:
-            d = subprocess.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True,
+            d = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True,
                                cwd=work)
             doctor = (d.returncode, d.stdout)
         case.path = ("OEq precompiled (our binary wheel)" if check and check["precompiled"] else
@@ -167,7 +166,9 @@ def table(cases: list[Case]) -> str:
     return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(3)), r[3]]) for r in rows)
 
 
-def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False) -> int:
+def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
+        from_index: str | None = None) -> int:
+    """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR."""
     pins = pins_mod.load()
     torches = torches or list(pins.oeq_binary.tested_torch)
     bad = [i for i in installers if i not in ("pip", "uv")]
@@ -183,9 +184,11 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
     server = serve(extra)
     index_url = f"http://127.0.0.1:{server.server_address[1]}/{simple.name}/"
     cases = [Case(t, i) for t in torches for i in installers]
+    src = ["--extra-index-url", index_url, *(["--extra-index-url", from_index] if from_index
+                                              else ["--find-links", str(outdir)])]
     try:
         for case in cases:
-            run_case(case, pins, outdir, index_url, base, keep, say)
+            run_case(case, pins, src, base, keep, say)
             say(f"{case.torch} {case.installer}: {case.result}")
     finally:
         server.shutdown()

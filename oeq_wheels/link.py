@@ -10,11 +10,11 @@ and nvidia wheels that torch already installed beside it.
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import CudaWheelFlags
 
+from . import proc
 from .errors import OeqWheelsError
 
 
@@ -28,12 +28,12 @@ def link(objects: list[Path], out: Path, torch_lib: Path, cuda: CudaWheelFlags,
     cmd = [*shlex.split(cxx), "-shared", *map(str, objects), "-o", str(linked),
            "-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in torch_libs],
            *cuda.link_args(), "-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LinkError(f"linking failed (exit {proc.returncode}):\n{proc.stderr.strip()[-3000:]}")
-    proc = subprocess.run([*shlex.split(strip), "--strip-unneeded", "-o", str(out), str(linked)],
+    res = proc.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise LinkError(f"linking failed (exit {res.returncode}):\n{res.stderr.strip()[-3000:]}")
+    res = proc.run([*shlex.split(strip), "--strip-unneeded", "-o", str(out), str(linked)],
                           capture_output=True, text=True)
     linked.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        raise LinkError(f"strip failed: {proc.stderr.strip()}")
+    if res.returncode != 0:
+        raise LinkError(f"strip failed: {res.stderr.strip()}")
     return out

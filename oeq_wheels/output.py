@@ -9,15 +9,26 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
+from . import proc
 from .errors import OeqWheelsError
-from .files import sha256_file
+from .files import sha256_file, temp_prefix
+
+_placed: list[Path] = []
+_placed_guard = threading.Lock()
 
 
 def extra_dir(outdir: Path) -> Path:
     outdir = Path(outdir)
     return outdir.parent / f"{outdir.name}-extra"
+
+
+def placed() -> list[Path]:
+    """The wheels this process has put into an output directory (what an interrupt leaves)."""
+    with _placed_guard:
+        return list(_placed)
 
 
 def place(wheel: Path, outdir: Path, force: bool, sha256: str) -> Path:
@@ -28,23 +39,27 @@ def place(wheel: Path, outdir: Path, force: bool, sha256: str) -> Path:
     neither clobber each other nor leave a half-written file.
     """
     dest = outdir / wheel.name
-    fd, tmp_s = tempfile.mkstemp(dir=outdir, prefix=f".{wheel.name}.", suffix=".part")
+    fd, tmp_s = tempfile.mkstemp(dir=outdir, prefix=temp_prefix(wheel.name), suffix=".part")
     tmp = Path(tmp_s)
     try:
         with os.fdopen(fd, "wb") as out, open(wheel, "rb") as src:
             shutil.copyfileobj(src, out)
         os.chmod(tmp, 0o644)
+        proc.stop_if_cancelled()  # an interrupted run places nothing more
         if force:
             os.replace(tmp, dest)
-            return dest
-        try:
-            os.link(tmp, dest)
-        except FileExistsError:
-            if sha256_file(dest) != sha256:
-                raise OeqWheelsError(
-                    f"{dest} already exists with different content; a released file name can never be "
-                    "re-uploaded, so bump the .postN version in oeq_wheels/pins.toml (or pass --force to "
-                    "overwrite a local build)") from None
+        else:
+            try:
+                os.link(tmp, dest)
+            except FileExistsError:
+                if sha256_file(dest) != sha256:
+                    raise OeqWheelsError(
+                        f"{dest} already exists with different content (builds are reproducible, so one of the "
+                        "two came from other inputs or another pins.toml); keep the existing file and check it "
+                        "with `oeq-wheels verify`, or pass --force to replace it; a version already released "
+                        "needs a new .postN in oeq_wheels/pins.toml") from None
+        with _placed_guard:
+            _placed.append(dest)
         return dest
     finally:
         tmp.unlink(missing_ok=True)

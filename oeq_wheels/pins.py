@@ -92,6 +92,7 @@ class Pins:
     base_version: str
     summary: str
     license_expression: str
+    urls: tuple[tuple[str, str], ...]  # Project-URL label, URL (PyPI's sidebar)
     platform_tag: str
     source_date_epoch: int
     oeq: Pinned
@@ -184,6 +185,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         base_version=pkg["version"],
         summary=pkg["summary"],
         license_expression=pkg["license_expression"],
+        urls=tuple(pkg.get("urls", {}).items()),
         platform_tag=pkg["platform_tag"],
         source_date_epoch=int(pkg["source_date_epoch"]),
         oeq=Pinned("openequivariance", oeq["version"], oeq["file"], oeq["sha256"]),

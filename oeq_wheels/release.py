@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -32,6 +35,59 @@ def redact(url: str) -> str:
         return url
     netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_tag(tag: str, pins: pins_mod.Pins) -> str:
+    """A release tag must be v + the pinned version, so that what is tagged is what is built."""
+    expected = f"v{pins.version}"
+    name = tag.removeprefix("refs/tags/")
+    if name != expected:
+        raise ReleaseError(f"release tag {tag!r} does not match the pinned version: expected {expected} "
+                           "(oeq_wheels/pins.toml); tag the commit with that, or change the pins first")
+    return name
+
+
+# Upload endpoints whose simple index is not at <upload URL>/simple/.
+KNOWN_INDEXES = {"https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
+                 "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/"}
+
+
+def upload_target(repository: str | None, repository_url: str | None) -> str:
+    """The upload URL twine will use, resolved as twine does (options, TWINE_* variables, ~/.pypirc).
+
+    Only the URL is read; credentials stay with twine.
+    """
+    from twine.utils import get_repository_from_config
+
+    url = repository_url or os.environ.get("TWINE_REPOSITORY_URL")
+    name = repository or os.environ.get("TWINE_REPOSITORY") or "pypi"
+    try:
+        return url or get_repository_from_config("~/.pypirc", name)["repository"]
+    except Exception as exc:  # twine's own InvalidConfiguration and friends
+        raise ReleaseError(f"cannot resolve twine repository {name!r}: {exc}; define it in ~/.pypirc "
+                           "or pass --repository-url") from None
+
+
+def index_for(upload_url: str, index_url: str | None) -> str:
+    return index_url or KNOWN_INDEXES.get(upload_url) or upload_url.rstrip("/") + "/simple/"
+
+
+def files_on_index(index_url: str, project: str) -> set[str]:
+    """The file names a PEP 503 index already lists for project (none if it does not know it)."""
+    url = index_url.rstrip("/") + "/" + canonicalize_name(project) + "/"
+    req = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "oeq-wheels"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            page = r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return set()
+        raise ReleaseError(f"cannot read {redact(url)} to check for files already there (HTTP {exc.code}); "
+                           "pass --index-url with the repository's simple index") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ReleaseError(f"cannot read {redact(url)} to check for files already there "
+                           f"({getattr(exc, 'reason', exc)}); check the network or pass --index-url") from None
+    return {unquote(h.split("#", 1)[0].rsplit("/", 1)[-1]) for h in re.findall(r'href="([^"]+)"', page)}
 
 
 def wheels_in(directory: Path) -> tuple[dict[str, list[Path]], list[str]]:
@@ -133,8 +189,13 @@ def _requires_python(wheel: Path) -> str:
 
 
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
-            repository_url: str | None = None) -> int:
-    """The gate over both packages, then `twine upload` of OUTDIR's fastmace-oeq-ext wheels only."""
+            repository_url: str | None = None, index_url: str | None = None) -> int:
+    """The gate over both packages, then `twine upload` of OUTDIR's fastmace-oeq-ext wheels only.
+
+    Before uploading, the repository's index is asked which files it already has: a file
+    name can never be uploaded twice (PyPI forbids it even after deletion), so any
+    overlap is refused here, with the fix, before the server sees a byte.
+    """
     ours, oeq = check_set(outdir, pins)
     bad = []
     for w in ours + oeq:
@@ -151,8 +212,15 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     target = redact(repository_url) if repository_url else (repository or "pypi")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
-              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its index only")
+              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its index only "
+              "(files already on the index are checked at upload time)")
         return 0
+    index = index_for(upload_target(repository, repository_url), index_url)
+    there = files_on_index(index, pins.package_name) & {w.name for w in ours}
+    if there:
+        raise ReleaseError(f"{len(there)} file(s) already on {redact(index)}: {', '.join(sorted(there))}; a released "
+                           "file name can never be uploaded again: bump .postN in oeq_wheels/pins.toml and rebuild")
+    print(f"none of the {len(ours)} file(s) is on {redact(index)} yet; uploading")
     cmd = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
     if repository_url:
         cmd += ["--repository-url", repository_url]

@@ -7,8 +7,12 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from .files import temp_prefix
 
-def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain) -> None:
+
+def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain,
+                 stem: str = "REPORT") -> Path:
+    """Write where/STEM.json and STEM.md atomically; return the .md path."""
     entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
     cps = sorted({next(iter(parse_wheel_filename(r["wheel"])[3])).interpreter for r in rows})
     inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(cps) + pins.oeq_binary_inputs())]
@@ -27,7 +31,8 @@ def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: f
         lines.append(f"| {who}: FAILED | | | | {why.splitlines()[0][:200]} |")
     lines += ["", "## Inputs", "", "| file | sha256 |", "|---|---|"]
     lines += [f"| {i['file']} | `{i['sha256']}` |" for i in inputs_]
-    for name, text in (("REPORT.json", json.dumps(data, indent=2) + "\n"), ("REPORT.md", "\n".join(lines) + "\n")):
-        tmp = where / f".{name}.{os.getpid()}.part"
+    for name, text in ((f"{stem}.json", json.dumps(data, indent=2) + "\n"), (f"{stem}.md", "\n".join(lines) + "\n")):
+        tmp = where / (temp_prefix(name) + "part")
         tmp.write_text(text)
         os.replace(tmp, where / name)
+    return where / f"{stem}.md"

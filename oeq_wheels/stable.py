@@ -15,11 +15,10 @@ own libtorch_cuda.so and the driver provide those symbols.
 from __future__ import annotations
 
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import compile as cc, stub
+from . import compile as cc, proc, stub
 from .errors import OeqWheelsError
 from .pins import OeqBinary
 
@@ -121,9 +120,9 @@ class StableLibraries:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise StableBuildError(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}")
+    res = proc.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StableBuildError(f"{what} failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-2000:]}")
 
 
 def link_libraries(ob: OeqBinary, trees: StableTrees, stub_dir: Path) -> list[str]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import tempfile
 from pathlib import Path
 
+from . import proc
 from .errors import OeqWheelsError
 
 DRIVER_SYMBOL = re.compile(r"^cu[A-Z]\w*$")  # driver API; the runtime's are cuda*, cublas*
@@ -26,10 +26,10 @@ class StubError(OeqWheelsError):
 def undefined_driver_symbols(paths: list[Path], dynamic: bool = False) -> list[str]:
     """cu* symbols left undefined by these objects (or, dynamic=True, shared libraries)."""
     cmd = ["nm", "--undefined-only", "--format=just-symbols"] + (["-D"] if dynamic else [])
-    proc = subprocess.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise StubError(f"nm failed: {proc.stderr.strip()}")
-    names = {line.strip().split("@")[0] for line in proc.stdout.splitlines()}
+    res = proc.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StubError(f"nm failed: {res.stderr.strip()}")
+    names = {line.strip().split("@")[0] for line in res.stdout.splitlines()}
     return sorted(n for n in names if DRIVER_SYMBOL.match(n))
 
 
@@ -48,8 +48,8 @@ def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
         src = Path(tmp) / "libcuda_stub.c"
         src.write_text("/* generated link stub: CUDA_ERROR_NO_DEVICE from every call */\n" + body)
         out = out_dir / "libcuda.so.1"
-        proc = subprocess.run([*shlex.split(cc), "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
+        res = proc.run([*shlex.split(cc), "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
                                "-o", str(out), str(src)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise StubError(f"building the libcuda stub failed: {proc.stderr.strip()}")
+        if res.returncode != 0:
+            raise StubError(f"building the libcuda stub failed: {res.stderr.strip()}")
     return out

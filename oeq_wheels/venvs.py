@@ -4,10 +4,9 @@ Shared by the tests and the benchmark so that both use the same venv and version
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
-from . import oeqpy, pythons
+from . import oeqpy, proc, pythons
 from .pins import Pins
 
 
@@ -17,8 +16,8 @@ def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-{interp.cp_tag}"
     if not (venv / ".complete").is_file():
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([interp.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        proc.run([interp.executable, "-m", "venv", str(venv)], check=True)
+        proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         f"torch=={pins.matrix.torch_version}"], check=True)
         (venv / ".complete").touch()
     return venv
@@ -30,6 +29,6 @@ def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], w
     py = str(venv / "bin" / "python")
     oeq_whl = oeqpy.build_pure(pins, workdir, cache)
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", f"pybind11=={pins.pybind11.version}"],
+    proc.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", f"pybind11=={pins.pybind11.version}"],
                    check=True)
-    subprocess.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), *map(str, wheels)], check=True)
+    proc.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), *map(str, wheels)], check=True)

@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -29,7 +28,7 @@ from wheel.wheelfile import WheelFile
 
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, OEQ_BUILD_FILE, Manifest, ManifestError, OeqBuild
 
-from . import pins as pins_mod
+from . import pins as pins_mod, proc
 from .errors import OeqWheelsError
 
 # Libraries every manylinux system has (auditwheel's policies whitelist them).
@@ -68,11 +67,11 @@ def external_ok(p: pins_mod.Pins) -> frozenset[str]:
 
 def audit(wheel: Path) -> dict:
     """auditwheel's analysis of the wheel (its JSON report)."""
-    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
+    res = proc.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
                           capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise OeqWheelsError(f"auditwheel show failed: {proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout)
+    if res.returncode != 0:
+        raise OeqWheelsError(f"auditwheel show failed: {res.stderr.strip()[-2000:]}")
+    return json.loads(res.stdout)
 
 
 def proven_tag(report: dict, allowed: frozenset[str]) -> tuple[str | None, list[str]]:
@@ -238,10 +237,10 @@ def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool
     except (OeqWheelsError, ValueError) as exc:
         v.problems.append(str(exc))
     if twine:
-        proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+        res = proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
                               capture_output=True, text=True)
-        if proc.returncode != 0:
-            v.problems.append(f"twine check failed: {(proc.stdout + proc.stderr).strip()[-1500:]}")
+        if res.returncode != 0:
+            v.problems.append(f"twine check failed: {(res.stdout + res.stderr).strip()[-1500:]}")
     v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
 
 

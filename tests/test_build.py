@@ -29,6 +29,9 @@ def test_wheel_contents_and_metadata(cp311_wheel):
     assert {"fastmace_oeq_ext/decision.py", "fastmace_oeq_ext/manifest.py", "fastmace_oeq_ext/hooks.py"} <= names
     assert "Requires-Dist: torch==2.14.1" in meta and "Requires-Dist: openequivariance==0.7.0" in meta
     assert "Requires-Python: ==3.11.*" in meta and "License-Expression: MIT AND BSD-3-Clause" in meta
+    # The PyPI page: an install line (and how to get OEq without a compiler), links to the project's sources.
+    assert "\n    pip install fastmace-oeq-ext\n" in meta and "--extra-index-url" in meta
+    assert "Project-URL: OpenEquivariance, https://github.com/PASSIONLab/OpenEquivariance" in meta
     assert manifest.library_sha256 == hashlib.sha256(lib).hexdigest()
     assert (manifest.torch_version, manifest.torch_local, manifest.cuda, manifest.cxx11_abi) == ("2.14.1", "cu130", "13.0", 1)
     assert manifest.python_tag == "cp311" and manifest.platform_tag == "manylinux_2_28_x86_64"
@@ -165,5 +168,6 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fre
     assert sorted(p.name for p in extra_dir(out).glob("*.whl")) == \
         [p.name for p in extra_dir(cp311_wheel.parent).glob("*.whl")]
     assert not [p for p in (*out.iterdir(), *extra_dir(out).iterdir()) if p.name.endswith(".part")]
-    assert "fastmace-oeq-ext cp312: FAILED" in (extra_dir(out) / "REPORT.md").read_text()
+    assert "fastmace-oeq-ext cp312: FAILED" in (extra_dir(out) / "REPORT-failed.md").read_text()
+    assert not (extra_dir(out) / "REPORT.md").exists()  # a failed build never writes REPORT
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR: distributions only

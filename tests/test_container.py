@@ -1,8 +1,10 @@
 """The container runner, through a stand-in docker client (bubblewrap) on a machine with no engine."""
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -107,6 +109,55 @@ def test_runner_docker_without_engine_is_a_clear_error(tmp_path):
 
 def test_auto_falls_back_to_the_host_with_a_notice(tmp_path):
     env = dict(os.environ, DOCKER="/bin/false")
-    r = subprocess.run([BUILD, "--python", "3.99", str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([BUILD, str(tmp_path / "file" / "out"), "--python", "3.11"], env=env, capture_output=True,
+                       text=True)
     assert "building on this host" in r.stderr
-    assert r.returncode == 2 and "3.99" in r.stderr  # then the host build's own check ran
+    assert r.returncode == 2 and "cannot create output directory" in r.stderr  # then the host build's own check ran
+
+
+def test_bad_python_is_refused_before_choosing_a_runner(tmp_path):
+    env = dict(os.environ, DOCKER=STANDIN, STANDIN_ROOT=str(tmp_path / "root"))
+    r = subprocess.run([BUILD, "--runner", "docker", "--python", "3.99", str(tmp_path / "out")], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Python 3.99 is not in matrix" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("order", ["outdir-first", "outdir-last"])
+def test_runner_receives_outdir_and_options_in_any_order(tmp_path, order):
+    """The CLI parses once; the container runner gets OUTDIR first and canonical options (a fake runner records them)."""
+    out = tmp_path / "out"
+    opts = ["--python", "3.12,3.11", "--force", "--runner", "docker", "--jobs", "3"]
+    argv = [str(out), *opts] if order == "outdir-first" else [*opts, str(out)]
+    probe = (f"import sys, json; from oeq_wheels import cli, runner; runner._engine_answers = lambda: True; "
+             f"runner.exec_container = lambda a: print(json.dumps(a)) or sys.exit(0); "
+             f"sys.exit(cli.main({['build', *argv]!r}))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
+                       env=dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'runtime'}"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [str(out), "--python", "3.12,3.11", "--force", "--jobs", "3"]
+
+
+@pytest.mark.skipif(os.environ.get("OEQ_WHEELS_TEST_ENGINE") != "docker",
+                    reason="needs a real container engine; OEQ_WHEELS_TEST_ENGINE=docker enables it (test.yml sets it)")
+def test_real_engine_with_the_pinned_image_builds_verified_wheels(cp311_wheel, cp311_oeq_wheel, tmp_path):
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.fail("OEQ_WHEELS_TEST_ENGINE=docker, but 'docker info' fails")
+    tag = f"{os.getpid()}-{int(time.time())}"
+    volumes = [f"oeq-wheels-test-work-{tag}", f"oeq-wheels-test-out-{tag}"]
+    env = dict(os.environ, DOCKER="docker", OEQ_WHEELS_WORK_VOLUME=volumes[0], OEQ_WHEELS_OUT_VOLUME=volumes[1])
+    out = tmp_path / "out"
+    try:
+        r = subprocess.run([BUILD, str(out), "--runner", "docker", "--python", "3.11"], env=env,
+                           capture_output=True, text=True, timeout=3000)
+        assert r.returncode == 0, r.stderr[-4000:]
+        from oeq_wheels import pins as P
+        from oeq_wheels.output import extra_dir
+        (whl,) = out.glob("*.whl")
+        (oeq,) = extra_dir(out).glob("openequivariance-*.whl")
+        # The image's compiler differs from this host's, so the names match, not the bytes; both pass the gate.
+        assert (whl.name, oeq.name) == (cp311_wheel.name, cp311_oeq_wheel.name)
+        assert verify.verify_wheel(whl).ok and verify.verify_oeq_binary(oeq, P.load()).ok
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True)

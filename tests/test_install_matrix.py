@@ -1,7 +1,7 @@
 """The plain-install check: `pip install torch==2.14.1 fastmace-oeq-ext` with every compiler gone.
 
-.ci/run keeps this one case (pip, FastMACE's torch); `make install-matrix` runs every torch
-with pip and uv.
+.ci/run keeps the uv case here (FastMACE's torch) and the pip case in test_index_server.py (with
+fastmace-oeq-ext from a real index server); `make install-matrix` runs every torch with pip and uv.
 """
 import pytest
 
@@ -28,6 +28,6 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
 
 
-def test_plain_pip_install_needs_no_compiler(cp311_wheel, cp311_oeq_wheel):
-    # pip, a fresh venv, compilers replaced by sentinels before the install; raises on any failure.
-    assert installmatrix.run(cp311_wheel.parent, ["2.14.1"], ["pip"], "3.11") == 0
+def test_plain_uv_install_needs_no_compiler(cp311_wheel, cp311_oeq_wheel):
+    # uv, a fresh venv, compilers replaced by sentinels before the install; raises on any failure.
+    assert installmatrix.run(cp311_wheel.parent, ["2.14.1"], ["uv"], "3.11") == 0

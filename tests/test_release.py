@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from oeq_wheels import build, pins as P, release
+from oeq_wheels import build, installmatrix, pins as P, release
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -93,8 +93,36 @@ def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, cp311_oeq
         monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    with pytest.raises(release.ReleaseError, match="twine upload failed"):
+    (tmp_path / "empty-index").mkdir()
+    empty = installmatrix.serve(tmp_path / "empty-index")  # knows no project: nothing is there yet
+    try:
+        with pytest.raises(release.ReleaseError, match="twine upload failed"):
+            release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/",
+                            index_url=f"http://127.0.0.1:{empty.server_address[1]}/")
+    finally:
+        empty.shutdown()
+
+
+def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+    with pytest.raises(release.ReleaseError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/.*--index-url"):
         release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/")
+    assert "secret" not in capsys.readouterr().out
+
+
+def test_upload_target_is_resolved_as_twine_does(tmp_path, monkeypatch):
+    for k in [k for k in os.environ if k.startswith("TWINE_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert release.upload_target(None, None) == "https://upload.pypi.org/legacy/"
+    assert release.index_for(release.upload_target("testpypi", None), None) == "https://test.pypi.org/simple/"
+    (tmp_path / ".pypirc").write_text("[distutils]\nindex-servers = mine\n[mine]\nrepository = http://h:1/up/\n")
+    assert release.index_for(release.upload_target("mine", None), None) == "http://h:1/up/simple/"
+    monkeypatch.setenv("TWINE_REPOSITORY_URL", "http://env:2/")
+    assert release.upload_target(None, None) == "http://env:2/"
+    with pytest.raises(release.ReleaseError, match="cannot resolve twine repository 'nope'"):
+        monkeypatch.delenv("TWINE_REPOSITORY_URL")
+        release.upload_target("nope", None)
 
 
 def test_dry_run_never_prints_a_password(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
@@ -144,3 +172,14 @@ def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_pa
     assert (extra_dir(again) / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
     report = (extra_dir(again) / "REPORT.md").read_text()
     assert cp311_wheel.name in report and cp311_oeq_wheel.name in report and P.load().oeq.sha256 in report
+
+
+@pytest.mark.parametrize("tag, ok", [("v" + P.load().version, True), ("refs/tags/v" + P.load().version, True),
+                                     ("v0.7.0.post1", False), (P.load().version, False), ("", False)])
+def test_release_tag_must_be_v_plus_the_pinned_version(tag, ok):
+    from conftest import run_cli
+    r = run_cli("check-tag", tag)
+    if ok:
+        assert r.returncode == 0 and "matches the pinned version" in r.stdout, r.stderr
+    else:
+        assert r.returncode == 2 and f"expected v{P.load().version}" in r.stderr and "Traceback" not in r.stderr

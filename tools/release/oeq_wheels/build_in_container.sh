@@ -17,4 +17,4 @@ if [ -z "${OEQ_WHEELS_TOOL_PYTHON:-}" ] && [ -x /opt/python/cp312-cp312/bin/pyth
 fi
 PY="$("$REPO/tools/bootstrap.sh")"
 # From a checkout: the pipeline (oeq_wheels) and the runtime package it ships (runtime/fastmace_oeq_ext).
-PYTHONPATH="$REPO:$REPO/runtime${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "$outdir" "$@"
+PYTHONPATH="$REPO:$REPO/runtime${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" -m oeq_wheels build "$outdir" --runner host "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The container runner (build.sh --runner docker): run_container.sh OUTDIR [build options], in any order
+# The container runner (`oeq-wheels build --runner docker`, which parsed the options):
+#   run_container.sh OUTDIR [build options in canonical form]
 # No bind mounts (Docker Desktop's docker.exe cannot mount WSL paths): the sources go in
 # as a tar stream on stdin, scratch (tool venv, pinned downloads, object cache) lives in
 # the volume $OEQ_WHEELS_WORK_VOLUME, the wheels come back from $OEQ_WHEELS_OUT_VOLUME
@@ -10,19 +11,10 @@ DOCKER="${DOCKER:-docker}"
 IMAGE="${OEQ_WHEELS_IMAGE:-$(grep -v '^#' "$REPO/docker/IMAGE" | head -n1)}"
 WORK_VOL="${OEQ_WHEELS_WORK_VOLUME:-fastmace-oeq-ext-work}"
 OUT_VOL="${OEQ_WHEELS_OUT_VOLUME:-fastmace-oeq-ext-out}"
-# OUTDIR is the one positional argument; the options are `oeq-wheels build`'s, passed on unchanged
-# (those that take a value are skipped with it, so OUTDIR may stand anywhere).
-outdir=""; args=(); force=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --python|--matrix|--jobs) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
-    --force) force=1; args+=("$1"); shift ;;
-    -*) args+=("$1"); shift ;;
-    *) [ -z "$outdir" ] || { echo "build.sh: two output directories given ($outdir, $1); give one" >&2; exit 2; }
-       outdir="$1"; shift ;;
-  esac
-done
-[ -n "$outdir" ] || { echo "usage: build.sh OUTDIR [options]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: run_container.sh OUTDIR [build options] (called by oeq-wheels build --runner docker)" >&2; exit 2; }
+outdir="$1"; shift
+args=("$@"); force=0
+for a in "$@"; do [ "$a" = --force ] && force=1; done
 extra="${outdir%/}-extra"
 mkdir -p "$outdir" "$extra" || { echo "build.sh: cannot create output directory $outdir or $extra" >&2; exit 2; }
 [ -w "$outdir" ] && [ -w "$extra" ] || { echo "build.sh: output directory $outdir or $extra is not writable" >&2; exit 2; }

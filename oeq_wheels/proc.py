@@ -1,0 +1,104 @@
+"""Child processes that stop with the run: the one place the pipeline starts tools.
+
+Every child gets its own process group, so that an interrupt stops the compiler
+together with what it started (cc1plus, as, ld) and a terminal's Ctrl-C reaches
+only us: we decide what stops and what is cleaned up, then say so truthfully.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from typing import Callable
+
+from .errors import OeqWheelsError
+from .progress import debug
+
+
+class Interrupted(OeqWheelsError):
+    """The run was stopped by SIGINT or SIGTERM; nothing after that point was written."""
+
+    exit_code = 130
+
+
+_cancelled = threading.Event()
+_children: set[subprocess.Popen] = set()
+_guard = threading.RLock()  # re-entrant: the signal handler (cancel) may run while the main thread holds it
+
+
+def cancelled() -> bool:
+    return _cancelled.is_set()
+
+
+def stop_if_cancelled() -> None:
+    """Raise Interrupted once the run is being stopped (call before anything is written)."""
+    if _cancelled.is_set():
+        raise Interrupted("interrupted")
+
+
+def cancel() -> int:
+    """Stop the run: no new child starts, every running child's group gets SIGTERM. Returns how many."""
+    _cancelled.set()
+    with _guard:
+        running = list(_children)
+    for p in running:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return len(running)
+
+
+def reset() -> None:
+    """For a process that runs again after an interrupt (tests)."""
+    _cancelled.clear()
+
+
+def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, check: bool = False,
+        env: dict | None = None, cwd=None, timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run's contract (the subset we use), stopped by cancel().
+
+    on_line: stdout is read line by line (text) and each line handed over as it comes,
+    e.g. pip's progress; the full text is still returned.
+    """
+    stop_if_cancelled()
+    debug("$ " + " ".join(map(str, cmd)))
+    pipe = subprocess.PIPE if (capture_output or on_line) else None
+    with _guard:
+        if _cancelled.is_set():
+            raise Interrupted("interrupted")
+        p = subprocess.Popen(cmd, stdout=pipe, stderr=subprocess.PIPE if capture_output else None,
+                             text=text or bool(on_line), env=env, cwd=cwd, start_new_session=True)
+        _children.add(p)
+    try:
+        if on_line is not None:
+            err_box: list = []
+            reader = None
+            if capture_output:  # drain stderr beside stdout so neither pipe fills up
+                reader = threading.Thread(target=lambda: err_box.append(p.stderr.read()), daemon=True)
+                reader.start()
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                on_line(line.rstrip("\n"))
+            p.wait(timeout)
+            if reader:
+                reader.join()
+            out, err = "".join(lines), (err_box[0] if err_box else None)
+        else:
+            out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+    finally:
+        with _guard:
+            _children.discard(p)
+    if _cancelled.is_set():
+        raise Interrupted("interrupted")
+    result = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    if check:
+        result.check_returncode()
+    return result

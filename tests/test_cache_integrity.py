@@ -1,0 +1,141 @@
+"""Caches that check themselves: a damaged download, unpacked tree or object is never used."""
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from oeq_wheels import compile as cc, fetch, inputs, pins as P
+from oeq_wheels.files import sha256_file, sweep_stale, temp_prefix
+
+
+def flip_byte_keep_mtime(path: Path, offset: int = 100) -> None:
+    """What a disk error or a careless edit does: one byte changed, the mtime put back."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+@pytest.fixture
+def pybind11_download(tmp_path, cache):
+    pin = P.load().pybind11
+    real = fetch.ensure([pin], cache)[pin.file]
+    local = tmp_path / "cache" / "downloads"
+    local.mkdir(parents=True)
+    (local / pin.file).write_bytes(real.read_bytes())
+    return pin, tmp_path / "cache"
+
+
+def test_download_with_a_flipped_byte_and_restored_mtime_is_fetched_again(pybind11_download, monkeypatch):
+    pin, cache = pybind11_download
+    path = cache / "downloads" / pin.file
+    fetch.ensure([pin], cache)  # hashed in full once, then stamped
+    assert fetch._is_verified(path, pin.sha256)
+    flip_byte_keep_mtime(path)
+    assert not fetch._is_verified(path, pin.sha256)  # the ctime moved, so the stamp no longer vouches for it
+    log = []
+    fetch.ensure([pin], cache, log.append)
+    assert any("does not match its pinned sha256" in l for l in log), log
+    assert sha256_file(path) == pin.sha256  # downloaded again, never used damaged
+
+
+def test_tree_with_a_flipped_byte_is_unpacked_again(pybind11_download, capsys):
+    pin, cache = pybind11_download
+    wheel = cache / "downloads" / pin.file
+    include = inputs.pybind11_include(wheel, pin, cache)
+    header = include / "pybind11" / "pybind11.h"
+    good = header.read_bytes()
+    flip_byte_keep_mtime(header)
+    inputs._checked.clear()  # as a new run would start
+    assert "differs from what was unpacked" in inputs.tree_problem(include.parent.parent)
+    again = inputs.pybind11_include(wheel, pin, cache)
+    assert again == include and header.read_bytes() == good
+    assert "unpacking it again" in capsys.readouterr().err
+    assert inputs.tree_problem(include.parent.parent) is None
+
+
+def test_tree_with_an_added_file_or_no_record_is_unpacked_again(pybind11_download):
+    pin, cache = pybind11_download
+    wheel = cache / "downloads" / pin.file
+    root = inputs.pybind11_include(wheel, pin, cache).parent.parent
+    (root / "pybind11" / "include" / "pybind11" / "shadow.h").write_text("#error shadowed\n")
+    assert "missing or added" in inputs.tree_problem(root)
+    inputs._checked.clear()
+    inputs.pybind11_include(wheel, pin, cache)
+    assert not (root / "pybind11" / "include" / "pybind11" / "shadow.h").exists()
+    (root / inputs.TREE_RECORD).unlink()  # a tree from an older oeq-wheels: no record to check against
+    assert "no content record" in inputs.tree_problem(root)
+
+
+def test_unchanged_tree_is_not_read_again(pybind11_download, monkeypatch):
+    pin, cache = pybind11_download
+    root = inputs.pybind11_include(cache / "downloads" / pin.file, pin, cache).parent.parent
+    monkeypatch.setattr(inputs, "_crc32", lambda p: pytest.fail(f"re-read unchanged {p}"))
+    assert inputs.tree_problem(root) is None
+
+
+def test_damaged_archive_is_one_line_error(tmp_path):
+    pin = P.load().pybind11
+    bad = tmp_path / "downloads" / pin.file
+    bad.parent.mkdir()
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(inputs.InputError, match="cannot unpack the archive .* run again to download it afresh"):
+        inputs.pybind11_include(bad, pin, tmp_path)
+    assert not [p for p in (tmp_path / "extract").iterdir()]  # no half tree left
+
+
+def test_damaged_blob_is_extracted_again(tmp_path):
+    big = os.urandom(9 << 20)  # above the size that is shared between trees as a blob
+    z = tmp_path / "a.whl"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("torch/lib/libbig.so", big)
+    blobs = tmp_path / "blobs"
+    with zipfile.ZipFile(z) as zf:
+        info = zf.getinfo("torch/lib/libbig.so")
+        inputs._extract_member(zf, info, tmp_path / "t1", blobs)
+        (blob,) = blobs.iterdir()
+        flip_byte_keep_mtime(blob, 12345)
+        inputs._extract_member(zf, info, tmp_path / "t2", blobs)
+    assert (tmp_path / "t2/torch/lib/libbig.so").read_bytes() == big
+
+
+@pytest.fixture
+def objects(tmp_path):
+    src = tmp_path / "a.cpp"
+    src.write_text("int answer() { return 42; }\n")
+    return cc.ObjectCache(tmp_path / "objects", cc.Toolchain.detect(), 1), src
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "no-sum"])
+def test_damaged_object_is_compiled_again(objects, damage, capsys):
+    oc, src = objects
+    obj, hit = oc.compile(src, ["-O2", "-fPIC"])
+    assert not hit
+    good = obj.read_bytes()
+    if damage == "flip":
+        flip_byte_keep_mtime(obj, 200)
+    elif damage == "truncate":
+        obj.write_bytes(good[:100])
+    else:
+        oc._sum_file(obj).unlink()
+    again, hit = oc.compile(src, ["-O2", "-fPIC"])
+    assert not hit and again.read_bytes() == good
+    if damage != "no-sum":
+        assert "does not match its recorded sha256" in capsys.readouterr().err
+    assert oc.compile(src, ["-O2", "-fPIC"])[1]  # and then it is a cache hit again
+
+
+def test_sweep_removes_only_dead_runs_leftovers(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f".x.whl.pid{dead.pid}.abc.part").write_text("")
+    (tmp_path / f".tree.pid{dead.pid}.xyz").mkdir()
+    mine = tmp_path / (temp_prefix("y.whl") + "part")
+    mine.write_text("")
+    (tmp_path / "keep.whl").write_text("")
+    assert sweep_stale(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "keep.whl"])

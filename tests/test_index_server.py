@@ -1,0 +1,113 @@
+"""The owner's path against a real index server (pypiserver): upload with `make publish` (credentials from
+~/.pypirc) and with plain `twine upload dist/*`, a re-upload refused by our gate before the server, then a
+plain `pip install fastmace-oeq-ext` from that server into a fresh venv, with the doctor's verdict."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from passlib.apache import HtpasswdFile
+
+from conftest import REPO
+from oeq_wheels import build, installmatrix, pins as P, release
+from oeq_wheels.output import extra_dir
+
+pytestmark = pytest.mark.slow
+PASSWORD = "pypirc-S3cret-never-printed"
+
+
+@pytest.fixture(scope="module")
+def release_set(tmp_path_factory, cache):
+    """The full pinned set, as `make wheels` builds it."""
+    out = tmp_path_factory.mktemp("release") / "dist"
+    rows, failures = build.run(out, cache=cache)
+    assert not failures, failures
+    return out
+
+
+@pytest.fixture
+def server(tmp_path):
+    """pypiserver on loopback; uploads need the password, reading does not; never falls back to PyPI."""
+    pkgs = tmp_path / "packages"
+    pkgs.mkdir()
+    ht = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
+    ht.set_password("owner", PASSWORD)
+    ht.save()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "server.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
+                          "-a", "update", "-P", str(tmp_path / "htpasswd"), "--disable-fallback", str(pkgs)],
+                         stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "simple/", timeout=2).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        pytest.fail("pypiserver did not start: " + (tmp_path / "server.log").read_text())
+    yield url, pkgs
+    p.terminate()
+    p.wait(10)
+    log.close()
+
+
+def owner_env(home: Path, cache) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
+    env.update(HOME=str(home), OEQ_WHEELS_CACHE=str(cache), PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
+    return env
+
+
+def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_set, server, tmp_path, cache):
+    url, pkgs = server
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".pypirc").write_text(f"[distutils]\nindex-servers = local\n\n[local]\nrepository = {url}\n"
+                                  f"username = owner\npassword = {PASSWORD}\n")
+    make = ["make", "-s", "publish", f"OUTDIR={release_set}", "PUBLISH_FLAGS=--repository local"]
+    r = subprocess.run(make, cwd=REPO, env=owner_env(home, cache), capture_output=True, text=True)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0, said[-3000:]
+    ours = sorted(w.name for w in release_set.glob("*.whl"))
+    assert sorted(p.name for p in pkgs.iterdir()) == ours and len(ours) == len(P.load().matrix.pythons)
+    assert PASSWORD not in said  # credentials came from ~/.pypirc through twine, and were never echoed
+    assert release.files_on_index(url + "simple/", "fastmace-oeq-ext") == set(ours)
+    uploaded = {p.name: p.stat().st_mtime_ns for p in pkgs.iterdir()}
+    again = subprocess.run(make, cwd=REPO, env=owner_env(home, cache), capture_output=True, text=True)
+    said = again.stdout + again.stderr
+    assert again.returncode == 2, said[-3000:]
+    assert f"{len(ours)} file(s) already on {url}simple/" in said and "bump .postN" in said
+    assert "Uploading" not in said  # refused by the gate; twine never ran
+    assert {p.name: p.stat().st_mtime_ns for p in pkgs.iterdir()} == uploaded
+    assert PASSWORD not in said
+
+
+def test_plain_twine_upload_then_pip_install_from_the_server(release_set, server, tmp_path, cache):
+    url, pkgs = server
+    twine = [sys.executable, "-m", "twine"]
+    dist = sorted(map(str, release_set.iterdir()))  # what the owner's `dist/*` expands to
+    env = dict(owner_env(tmp_path, cache), TWINE_USERNAME="owner", TWINE_PASSWORD=PASSWORD)
+    r = subprocess.run([*twine, "check", "--strict", *dist], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([*twine, "upload", "--non-interactive", "--repository-url", url, *dist], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and PASSWORD not in r.stdout + r.stderr, r.stdout + r.stderr
+    # A user's plain install: fastmace-oeq-ext from the server, torch and the rest from the registry,
+    # the binary openequivariance from our index; compilers replaced by sentinels; then the doctor.
+    simple = release.write_index_for(extra_dir(release_set))
+    oeq_index = installmatrix.serve(extra_dir(release_set))
+    try:
+        src = ["--extra-index-url", f"http://127.0.0.1:{oeq_index.server_address[1]}/{simple.name}/",
+               "--extra-index-url", url + "simple/"]
+        case = installmatrix.run_case(installmatrix.Case(installmatrix.FASTMACE_TORCH, "pip"), P.load(), src,
+                                      installmatrix.pythons.find("3.11").executable, False, print)
+    finally:
+        oeq_index.shutdown()
+    assert case.ok, case.result  # judged with the doctor's first line: "OpenEquivariance precompiled ..."
