@@ -28,7 +28,7 @@ def test_actionlint_clean():
 
 
 def test_zizmor_clean():
-    r = subprocess.run([tool("zizmor"), "--offline", str(REPO / ".github" / "workflows")], capture_output=True, text=True)
+    r = subprocess.run([tool("zizmor"), "--offline", str(REPO / ".github")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -36,6 +36,8 @@ def test_every_third_party_action_is_pinned_by_sha():
     import re
     for wf in WORKFLOWS:
         for ref in re.findall(r"uses:\s*([^\s#]+)", wf.read_text()):
+            if ref.startswith("$/"):  # a workflow of this repository, at this very commit
+                continue
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{wf.name}: {ref}"
 
 
@@ -73,3 +75,53 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels_and_i
     assert "path: dist-extra/*.whl" in build and "make index" in build and "simple-index.tar.gz" in build
     assert "make install-matrix" in build  # plain pip and uv installs before anything is published
     assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/simple-index.tar.gz" in gh
+
+
+def load(name: str) -> dict:
+    import yaml
+    data = yaml.safe_load((REPO / ".github" / "workflows" / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def test_every_job_has_a_timeout_or_is_a_called_workflow():
+    for name in ("release.yml", "test.yml"):
+        for job_id, job in load(name)["jobs"].items():
+            assert "timeout-minutes" in job or "uses" in job, f"{name}: job {job_id} has no timeout-minutes"
+
+
+def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_install():
+    wf = load("release.yml")
+    jobs = wf["jobs"]
+    assert wf["concurrency"]["cancel-in-progress"] is False and "github.ref" in wf["concurrency"]["group"]
+    assert any("make check-tag" in step.get("run", "") for step in jobs["tag"]["steps"])
+    assert jobs["tests"]["uses"] == "$/.github/workflows/test.yml"  # the same tests, on this very commit
+    assert set(jobs["build"]["needs"]) == {"tag", "tests"}
+    ci = jobs["clean-install"]
+    assert ci["strategy"]["fail-fast"] is False
+    assert ci["strategy"]["matrix"]["python"] == list(__import__("oeq_wheels.pins").pins.load().matrix.pythons)
+    assert set(jobs["publish-pypi"]["needs"]) == {"build", "clean-install"}
+    assert jobs["publish-pypi"]["environment"]["name"] == "pypi"
+    assert jobs["publish-pypi"]["permissions"] == {"id-token": "write"}
+    assert jobs["publish-pypi"]["steps"][-1]["with"]["skip-existing"] is True  # a re-run completes, never fails
+    release = jobs["github-release"]["steps"][-1]["run"]
+    assert "gh release view" in release and "--clobber" in release and "gh release create" in release
+
+
+def test_tests_run_once_per_change_and_are_callable_by_the_release():
+    wf = load("test.yml")
+    assert wf["on"]["push"] == {"branches": ["main"]} and "pull_request" in wf["on"] and "workflow_call" in wf["on"]
+    assert "concurrency" in wf
+    job = wf["jobs"]["test"]
+    runs = " ".join(step.get("run", "") for step in job["steps"])
+    assert "make test" in runs and "apparmor_restrict_unprivileged_userns=0" in runs and "docker pull" in runs
+    assert job["env"]["OEQ_WHEELS_TEST_ENGINE"] == "docker"
+    (cache,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    assert "hashFiles('oeq_wheels/pins.toml')" in cache["with"]["key"]
+    assert "refs/tags/" in cache["if"]  # a release run never restores a cache
+
+
+def test_dependabot_watches_the_pinned_actions():
+    import yaml
+    cfg = yaml.safe_load((REPO / ".github" / "dependabot.yml").read_text())
+    assert [u["package-ecosystem"] for u in cfg["updates"]] == ["github-actions"]
