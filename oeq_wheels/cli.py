@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _on_signal)
         signal.signal(signal.SIGTERM, _on_signal)
     try:
+        if args.cmd == "build":
+            _container_handoff(args)
         with _run_tempdir():
             return _dispatch(args)
     except proc.Interrupted as exc:
@@ -179,16 +181,21 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
+def _container_handoff(args) -> None:
+    """Refuse bad input before any work, whichever the runner; then hand a container build to its runner."""
+    from . import runner
+    from .pins import load, select_pythons
+    if args.python is not None:
+        pins = load(args.matrix)
+        select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+    if runner.choose(args.runner) == "docker":  # does not return
+        runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs))
+
+
 def _dispatch(args) -> int:
     from .files import default_cache
     from .pins import cp_tag, load, select_pythons
     if args.cmd == "build":
-        from . import runner
-        if args.python is not None:  # refuse bad input before any work, whichever the runner
-            pins = load(args.matrix)
-            select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
-        if runner.choose(args.runner) == "docker":
-            runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs))
         from .build import run
         _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs)
         return 1 if failures else 0
