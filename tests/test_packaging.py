@@ -10,13 +10,32 @@ from conftest import REPO
 pytestmark = pytest.mark.slow
 
 
+def checkout_copy(dest):
+    """The working tree as git sees it, copied: setuptools writes build/ and *.egg-info into the source tree."""
+    dest.mkdir()
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout
+    tar = subprocess.run(["tar", "--null", "--no-recursion", "-T", "-", "-cf", "-"], cwd=REPO, input=files,
+                         capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-xf", "-"], cwd=dest, input=tar, check=True)
+    return dest
+
+
+def ignored():
+    return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True,
+                          text=True).stdout
+
+
 def test_pip_install_dot_gives_a_working_cli_outside_the_checkout(tmp_path, cp311_wheel, cp311_oeq_wheel):
+    before = ignored()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    src = checkout_copy(tmp_path / "src")
     r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        str(REPO)], capture_output=True, text=True, env=env, cwd=tmp_path)
+                        "."], capture_output=True, text=True, env=env, cwd=src)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert ignored() == before  # nothing written into the repository
     cli = str(venv / "bin" / "oeq-wheels")
     r = subprocess.run([cli, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0 and "install-matrix" in r.stdout and "publish" in r.stdout
