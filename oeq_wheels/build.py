@@ -61,6 +61,11 @@ class Shared:
     stable_tmp: Path | None = None  # holds stable_aoti and stable_stubs; removed when the run ends
     forbidden: list[str] = field(default_factory=list)
 
+    @property
+    def verdicts(self) -> Path:
+        """Where the build remembers auditwheel's and twine's verdicts by wheel sha256 (verify.audit)."""
+        return self.cache / "verdicts"
+
 
 def entry(pin: pins_mod.Pinned) -> Input:
     return Input(pin.name, pin.version, pin.file, pin.sha256)
@@ -91,10 +96,11 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
     return ctx, shared
 
 
-def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str) -> str:
+def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str,
+                     memo_dir: Path) -> str:
     """Pack the libraries alone with the generic tag, let auditwheel judge them, and choose the tag."""
     probe = assemble.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch)
-    proven, problems = verify.proven_tag(verify.audit(probe), verify.external_ok(p))
+    proven, problems = verify.proven_tag(verify.audit(probe, memo_dir), verify.external_ok(p))
     if problems:
         raise BuildError("; ".join(problems))
     platform = verify.choose_tag(p.platform_tag, proven)
@@ -135,7 +141,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain.cxx,
                             sh.toolchain.strip, p.torch_libs, p.runpath())
         with Stage(tag, "audit", timings) as st:
-            platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag)
+            platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts)
         flags = ctx.normalized(ctx.flags())
         manifest = Manifest(
             package=p.package_name, version=p.version, oeq_version=p.oeq.version, oeq_sdist=entry(p.oeq),
@@ -153,7 +159,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
                                     oeq_license=lic, py_version=interp.version,
                                     tag=assemble.wheel_tag(tag, platform))
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        check = lambda w: verify.verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden)
+        check = lambda w: verify.verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
+                                              memo_dir=sh.verdicts)
         return _verify_and_place(tag, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins", outdir,
                                  force, platform, timings, interp)
 
@@ -205,7 +212,8 @@ def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, forc
                                         tmp / module_name, sh.toolchain)
         libs = {module_name: module, ob.aoti_library: sh.stable_aoti}
         with Stage(who, "audit", timings) as st:
-            platform = _proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who)
+            platform = _proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who,
+                                        sh.verdicts)
         record = OeqBuild(
             package="openequivariance", version=version, oeq_sdist=entry(p.oeq), torch_min=ob.torch_min,
             cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=tag, platform_tag=platform,
@@ -217,6 +225,7 @@ def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, forc
                                  build_record=record.to_json())
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify.verify_oeq_binary(w, p, sdist_root=sh.oeq_root, cuda_root=sh.stable_trees.cuda_root,
+                                                   memo_dir=sh.verdicts,
                                                    forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
                                  "stable ABI", outdir, force, platform, timings, interp)

@@ -11,8 +11,10 @@ versioned CUDA symbol present in the oldest NVIDIA wheels the pins allow.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
+import os
 import re
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, OEQ_BUILD_FILE
 
 from . import pins as pins_mod, proc
 from .errors import OeqWheelsError
+from .files import temp_prefix
 
 # Libraries every manylinux system has (auditwheel's policies whitelist them).
 # Mangled names of torch's C++ namespaces: c10::, at::, torch::.
@@ -65,13 +68,46 @@ def external_ok(p: pins_mod.Pins) -> frozenset[str]:
             | set(ob.cuda_sonames()))
 
 
-def audit(wheel: Path) -> dict:
+def _remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
+    """ask() -> a JSON-able verdict; with memo_dir, remembered under the wheel's sha256 and the tool's version.
+
+    Starting auditwheel and twine takes most of a no-change rebuild, whose wheels are byte-identical
+    to the last ones. Only the build passes memo_dir: `verify` and `publish` always ask afresh.
+    """
+    if memo_dir is None:
+        return ask()
+    key = hashlib.sha256(f"{tool} {importlib.metadata.version(tool)} ".encode() + wheel.read_bytes()).hexdigest()
+    memo = memo_dir / f"{tool}-{key}.json"
+    try:
+        return json.loads(memo.read_text())
+    except (OSError, ValueError):
+        pass
+    verdict = ask()
+    memo_dir.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_name(temp_prefix(memo.name) + "tmp")
+    tmp.write_text(json.dumps(verdict))
+    os.replace(tmp, memo)
+    return verdict
+
+
+def audit(wheel: Path, memo_dir: Path | None = None) -> dict:
     """auditwheel's analysis of the wheel (its JSON report)."""
-    res = proc.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
-                          capture_output=True, text=True)
-    if res.returncode != 0:
-        raise OeqWheelsError(f"auditwheel show failed: {res.stderr.strip()[-2000:]}")
-    return json.loads(res.stdout)
+    def ask() -> dict:
+        res = proc.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
+                       capture_output=True, text=True)
+        if res.returncode != 0:
+            raise OeqWheelsError(f"auditwheel show failed: {res.stderr.strip()[-2000:]}")
+        return json.loads(res.stdout)
+    return _remembered("auditwheel", wheel, ask, memo_dir)
+
+
+def twine_check(wheel: Path, memo_dir: Path | None = None) -> str | None:
+    """Why `twine check --strict` refuses the wheel, or None."""
+    def ask() -> dict:
+        res = proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+                       capture_output=True, text=True)
+        return {"problem": None if res.returncode == 0 else (res.stdout + res.stderr).strip()[-1500:]}
+    return _remembered("twine", wheel, ask, memo_dir)["problem"]
 
 
 def proven_tag(report: dict, allowed: frozenset[str]) -> tuple[str | None, list[str]]:
@@ -225,9 +261,9 @@ def _wheel_file(v: Verdict, files: dict, info: str, tag, purelib: bool) -> None:
         v.problems.append(f"{info}/WHEEL does not describe this wheel (tag {tag})")
 
 
-def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool) -> None:
+def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool, memo_dir: Path | None) -> None:
     try:
-        proven, problems = proven_tag(audit(wheel), external_ok(p))
+        proven, problems = proven_tag(audit(wheel, memo_dir), external_ok(p))
         v.problems += problems
         v.facts["auditwheel_sym_tag"] = proven
         if proven and manylinux_version(tag.platform) is None:
@@ -237,10 +273,9 @@ def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool
     except (OeqWheelsError, ValueError) as exc:
         v.problems.append(str(exc))
     if twine:
-        res = proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
-                              capture_output=True, text=True)
-        if res.returncode != 0:
-            v.problems.append(f"twine check failed: {(res.stdout + res.stderr).strip()[-1500:]}")
+        problem = twine_check(wheel, memo_dir)
+        if problem:
+            v.problems.append(f"twine check failed: {problem}")
     v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
 
 
@@ -254,7 +289,8 @@ def _pins_for_manifest(matrix: str, v: Verdict) -> pins_mod.Pins | None:
 
 # ---------------------------------------------------------------- fastmace-oeq-ext
 def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
-                 forbidden_paths: list[str] | None = None, twine: bool = True) -> Verdict:
+                 forbidden_paths: list[str] | None = None, twine: bool = True,
+                 memo_dir: Path | None = None) -> Verdict:
     """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given)."""
     from . import assemble
     v = Verdict(wheel)
@@ -305,7 +341,7 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         v.problems.append("dist-info licence differs from the package's LICENSE.openequivariance")
     if expected_license is not None and lic != expected_license:
         v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
-    _audit_and_twine(v, wheel, tag, p, twine)
+    _audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 
 
@@ -339,7 +375,7 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
 # ---------------------------------------------------------------- binary openequivariance
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None = None,
                       cuda_root: Path | None = None, forbidden_paths: list[str] | None = None,
-                      twine: bool = True) -> Verdict:
+                      twine: bool = True, memo_dir: Path | None = None) -> Verdict:
     """Check a binary openequivariance wheel against the pins and the pinned sdist."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
     from . import fetch, inputs, oeqpy, stable
@@ -401,7 +437,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
                                     else forbidden_paths)
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
-    _audit_and_twine(v, wheel, tag, p, twine)
+    _audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 
 

@@ -139,3 +139,25 @@ def test_sweep_removes_only_dead_runs_leftovers(tmp_path):
     (tmp_path / "keep.whl").write_text("")
     assert sweep_stale(tmp_path) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "keep.whl"])
+
+
+def test_tool_verdicts_are_remembered_by_wheel_hash_only_when_asked(tmp_path):
+    from oeq_wheels import verify
+    wheel = tmp_path / "a.whl"
+    wheel.write_bytes(b"one wheel")
+    calls = []
+    ask = lambda: calls.append(1) or {"problem": None}
+    memo = tmp_path / "verdicts"
+    assert verify._remembered("twine", wheel, ask, memo) == {"problem": None}
+    assert verify._remembered("twine", wheel, ask, memo) == {"problem": None}
+    assert len(calls) == 1  # the same bytes: the tool is not started again
+    wheel.write_bytes(b"another wheel")
+    verify._remembered("twine", wheel, ask, memo)
+    assert len(calls) == 2  # other bytes, another verdict
+    for f in memo.iterdir():
+        f.write_text("{damaged")
+    verify._remembered("twine", wheel, ask, memo)
+    assert len(calls) == 3  # an unreadable memo is asked again
+    verify._remembered("twine", wheel, ask, None)
+    verify._remembered("twine", wheel, ask, None)
+    assert len(calls) == 5  # without a memo directory (verify, publish) always afresh
