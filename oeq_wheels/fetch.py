@@ -15,7 +15,7 @@ from packaging.utils import parse_wheel_filename
 
 from . import proc
 from .errors import OeqWheelsError
-from .files import sha256_file, sweep_stale, temp_prefix
+from .files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
 from .pins import Pinned
 
 
@@ -27,18 +27,12 @@ def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
 
-def _stat_key(path: Path) -> dict:
-    st = path.stat()
-    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
-
-
 def _is_verified(path: Path, sha256: str) -> bool:
     """A cached file counts as verified while it is the very file that was hashed.
 
     Hashing ~3 GB of wheels on every run would dominate a no-change rebuild, so the
-    stamp written after a full sha256 check holds the file's inode, size, mtime and
-    ctime: any write changes the ctime (even one that restores the mtime, and no
-    user-space call can set it back), and then the file is hashed again.
+    stamp written after a full sha256 check holds the file's stat_key (inode, size,
+    mtime, ctime); when any of them changes, the file is hashed again.
     """
     stamp = _stamp(path)
     if not (path.is_file() and stamp.is_file()):
@@ -47,13 +41,11 @@ def _is_verified(path: Path, sha256: str) -> bool:
         rec = json.loads(stamp.read_text())
     except ValueError:
         return False
-    return rec == {"sha256": sha256, **_stat_key(path)}
+    return rec == {"sha256": sha256, "stat": stat_key(path.stat())}
 
 
 def _mark_verified(path: Path, sha256: str) -> None:
-    tmp = path.with_name(temp_prefix(path.name) + "verified")
-    tmp.write_text(json.dumps({"sha256": sha256, **_stat_key(path)}))
-    os.replace(tmp, _stamp(path))
+    write_atomic(_stamp(path), json.dumps({"sha256": sha256, "stat": stat_key(path.stat())}))
 
 
 class _Progress:

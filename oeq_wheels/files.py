@@ -23,6 +23,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def stat_key(st: os.stat_result) -> list[int]:
+    """Which version of a file this is: any write changes the ctime, even one that restores the mtime,
+    and no user-space call can set it back. Caches trust a recorded hash only while this is unchanged."""
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text under a temporary name, then rename: readers see the old file or the new, never half."""
+    tmp = path.with_name(temp_prefix(path.name) + "tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def temp_prefix(name: str) -> str:
     """Hidden temporary names carry the owner's pid, so a later run can remove a killed run's leftovers."""
     return f".{name}.pid{os.getpid()}."

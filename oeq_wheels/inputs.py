@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from .errors import OeqWheelsError
-from .files import temp_prefix
+from .files import stat_key, temp_prefix, write_atomic
 from .pins import Pinned
 from .progress import warn
 
@@ -43,10 +43,6 @@ def _crc32(path: str | Path) -> int:
     return crc
 
 
-def _stat_key(st: os.stat_result) -> list[int]:
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def _files(root: Path) -> dict[str, str]:
     """Relative path -> path of every file under root (strings, not Paths: ~10k files per torch tree, every run)."""
     out: dict[str, str] = {}
@@ -64,9 +60,7 @@ def _files(root: Path) -> dict[str, str]:
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(temp_prefix(path.name) + "tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, separators=(",", ":")))
 
 
 def _record_tree(root: Path) -> None:
@@ -76,7 +70,7 @@ def _record_tree(root: Path) -> None:
     for rel, path in files.items():
         st = os.stat(path)
         record[rel] = [st.st_size, _crc32(path)]
-        stamps[rel] = _stat_key(st)
+        stamps[rel] = stat_key(st)
     _write_json(root / TREE_RECORD, record)
     _write_json(root / TREE_STAMPS, stamps)
 
@@ -86,9 +80,8 @@ def tree_problem(root: Path) -> str | None:
 
     Every file must be there, nothing else, and each must hold the CRC-32 recorded when
     it was unpacked. Reading ~3 GB of trees on every build would take longer than the
-    build, so a file is re-read only when its inode, size, mtime or ctime differ from
-    when it was last checked: any write changes the ctime, even one that restores the
-    mtime, and no user-space call can set it back.
+    build, so a file is re-read only when its stat_key (inode, size, mtime, ctime)
+    differs from when it was last checked.
     """
     try:
         record = json.loads((root / TREE_RECORD).read_text())
@@ -105,7 +98,7 @@ def tree_problem(root: Path) -> str | None:
     changed = {}
     for rel, path in files.items():
         st = os.stat(path)
-        key = _stat_key(st)
+        key = stat_key(st)
         if stamps.get(rel) == key:
             continue
         size, crc = record[rel]

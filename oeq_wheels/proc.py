@@ -27,18 +27,14 @@ _children: set[subprocess.Popen] = set()
 _guard = threading.RLock()  # re-entrant: the signal handler (cancel) may run while the main thread holds it
 
 
-def cancelled() -> bool:
-    return _cancelled.is_set()
-
-
 def stop_if_cancelled() -> None:
     """Raise Interrupted once the run is being stopped (call before anything is written)."""
     if _cancelled.is_set():
         raise Interrupted("interrupted")
 
 
-def cancel() -> int:
-    """Stop the run: no new child starts, every running child's group gets SIGTERM. Returns how many."""
+def cancel() -> None:
+    """Stop the run: no new child starts, every running child's group gets SIGTERM."""
     _cancelled.set()
     with _guard:
         running = list(_children)
@@ -47,12 +43,6 @@ def cancel() -> int:
             os.killpg(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    return len(running)
-
-
-def reset() -> None:
-    """For a process that runs again after an interrupt (tests)."""
-    _cancelled.clear()
 
 
 def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, check: bool = False,
@@ -63,12 +53,10 @@ def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, che
     on_line: stdout is read line by line (text) and each line handed over as it comes,
     e.g. pip's progress; the full text is still returned.
     """
-    stop_if_cancelled()
     debug("$ " + " ".join(map(str, cmd)))
     pipe = subprocess.PIPE if (capture_output or on_line) else None
-    with _guard:
-        if _cancelled.is_set():
-            raise Interrupted("interrupted")
+    with _guard:  # checked under the guard: cancel() either sees this child or stops it from starting
+        stop_if_cancelled()
         p = subprocess.Popen(cmd, stdout=pipe, stderr=subprocess.PIPE if capture_output else None,
                              text=text or bool(on_line), env=env, cwd=cwd, start_new_session=True)
         _children.add(p)

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from .files import temp_prefix
+from .files import write_atomic
 
 
 def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain,
@@ -32,7 +31,5 @@ def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: f
     lines += ["", "## Inputs", "", "| file | sha256 |", "|---|---|"]
     lines += [f"| {i['file']} | `{i['sha256']}` |" for i in inputs_]
     for name, text in ((f"{stem}.json", json.dumps(data, indent=2) + "\n"), (f"{stem}.md", "\n".join(lines) + "\n")):
-        tmp = where / (temp_prefix(name) + "part")
-        tmp.write_text(text)
-        os.replace(tmp, where / name)
+        write_atomic(where / name, text)
     return where / f"{stem}.md"

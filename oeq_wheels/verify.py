@@ -14,7 +14,6 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import os
 import re
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, OEQ_BUILD_FILE
 
 from . import pins as pins_mod, proc
 from .errors import OeqWheelsError
-from .files import temp_prefix
+from .files import write_atomic
 
 # Libraries every manylinux system has (auditwheel's policies whitelist them).
 # Mangled names of torch's C++ namespaces: c10::, at::, torch::.
@@ -84,9 +83,7 @@ def _remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
         pass
     verdict = ask()
     memo_dir.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_name(temp_prefix(memo.name) + "tmp")
-    tmp.write_text(json.dumps(verdict))
-    os.replace(tmp, memo)
+    write_atomic(memo, json.dumps(verdict))
     return verdict
 
 
