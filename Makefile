@@ -3,7 +3,7 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish index install-matrix check-tag clean
+.PHONY: wheels test verify publish site rehearse-release install-matrix check-tag clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
@@ -16,16 +16,21 @@ verify:
 publish:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels publish $(OUTDIR) $(PUBLISH_FLAGS)
 
-index:
-	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels index $(OUTDIR) $(INDEX_FLAGS)
+# The binary OEq index site (OUTDIR-extra/site), as the release's Pages job lays it out (SITE_FLAGS: --release DIR ...).
+site:
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels site $(OUTDIR) $(SITE_FLAGS)
+
+# Build, then rehearse the release's hosting and README's install lines with pip and uv (REHEARSE_FLAGS: --installer pip).
+rehearse-release: wheels
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels rehearse $(OUTDIR) $(REHEARSE_FLAGS)
 
 # Plain pip and uv installs with every compiler replaced by a sentinel (MATRIX_FLAGS: --torch 2.14.1 ...).
 install-matrix:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels install-matrix $(OUTDIR) $(MATRIX_FLAGS)
 
-# The release workflow's first step: TAG must be v + the pinned version.
+# The release workflow's first step: TAG must be v + the pinned version (and REPOSITORY, if given, the pinned one).
 check-tag:
-	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels check-tag "$(TAG)"
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels check-tag "$(TAG)" $(if $(REPOSITORY),--repository "$(REPOSITORY)")
 
 clean:
 	rm -rf $(OUTDIR) $(OUTDIR)-extra

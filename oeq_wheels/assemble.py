@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
-from . import __version__ as TOOL_VERSION, proc
+from . import __version__ as TOOL_VERSION, proc, site
 from .errors import OeqWheelsError
 from .pins import Pins
 
@@ -31,15 +31,13 @@ OpenEquivariance needs no compiler, ninja or CUDA toolkit at import time.
 
 ## Install
 
-    pip install {name}
+    {install}
 
 This pulls torch {torch} and OpenEquivariance {oeq}. PyPI holds OpenEquivariance
 {oeq} as a source distribution only, which pip compiles at install time (a C++
-compiler, CMake and a LibTorch download). To install with no compiler at all, add
-the index of binary OpenEquivariance wheels that each release of this package
-publishes beside it (`simple-index.tar.gz` in the release's files):
-
-    pip install {name} --extra-index-url <that index>/simple/
+compiler, CMake and a LibTorch download); the extra index serves binary
+OpenEquivariance wheels built from that same release, so nothing is compiled.
+Without it, `pip install {name}` still works, with that compile.
 
 ## Use
 
@@ -80,16 +78,16 @@ def metadata_text(pins: Pins, py_version: str) -> str:
         "license_files": ["LICENSE", "LICENSE.openequivariance"],
         "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,
                                           oeq=pins.oeq.version, torch=m.torch_version, cuda=m.cuda,
-                                          py=py_version),
+                                          py=py_version, install=site.install_lines(pins)[0]),
         "description_content_type": "text/markdown",
-        "project_urls": dict(pins.urls),
+        "project_urls": dict(pins.project_urls),
     }
     Metadata.from_raw(raw, validate=True)  # packaging validates every field
     # packaging's as_rfc822() writes lower-case field names, which twine's reader
     # rejects; emit the core-metadata spellings and check they parse back the same.
     lines = [f"{CORE_FIELDS[k]}: {v}" for k, v in raw.items()
              if k not in ("requires_dist", "license_files", "description", "project_urls")]
-    lines += [f"Project-URL: {label}, {url}" for label, url in pins.urls]
+    lines += [f"Project-URL: {label}, {url}" for label, url in pins.project_urls]
     lines += [f"License-File: {f}" for f in raw["license_files"]]
     lines += [f"Requires-Dist: {r}" for r in raw["requires_dist"]]
     text = "\n".join(lines) + "\n\n" + raw["description"]

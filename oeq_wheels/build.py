@@ -21,7 +21,7 @@ from . import assemble, compile as cc, fetch, inputs, link, oeqpy, pins as pins_
 from .errors import OeqWheelsError, UsageError
 from .files import default_cache, sha256_file, sweep_stale
 from .output import extra_dir, place
-from .proc import Interrupted, stop_if_cancelled
+from .stop import Interrupted, stop_if_cancelled
 from .progress import Stage, say, table, warn
 from .report import write_report
 
@@ -55,16 +55,28 @@ class Shared:
     pybind11_include: Path
     toolchain: cc.Toolchain
     objects: cc.ObjectCache
-    stable_trees: stable.StableTrees | None = None
-    stable_aoti: Path | None = None
-    stable_stubs: Path | None = None
-    stable_tmp: Path | None = None  # holds stable_aoti and stable_stubs; removed when the run ends
+    lines: dict[str, "LineBuild"] = field(default_factory=dict)  # the OEq lines, by name
     forbidden: list[str] = field(default_factory=list)
 
     @property
     def verdicts(self) -> Path:
         """Where the build remembers auditwheel's and twine's verdicts by wheel sha256 (verify.audit)."""
         return self.cache / "verdicts"
+
+
+@dataclass
+class LineBuild:
+    """One OEq line's Python-independent parts: its unpacked inputs, AOTI library and link stubs."""
+
+    line: pins_mod.OeqLine
+    trees: stable.StableTrees
+    tmp: Path | None = None      # holds aoti and stubs; removed when the run ends
+    aoti: Path | None = None
+    stubs: Path | None = None
+
+    @property
+    def who(self) -> str:
+        return f"oeq-{self.line.name}"
 
 
 def entry(pin: pins_mod.Pinned) -> Input:
@@ -178,29 +190,29 @@ def _verify_and_place(who: str, whl: Path, check, note: str, outdir: Path, force
             "sha256": verdict.facts["sha256"], "timings": timings, "python": interp.full_version}
 
 
-def prepare_stable(sh: Shared, pool_size: int) -> None:
-    """The Python-independent part of OEq's stable extension: the AOTI library and the link stubs."""
-    p, ob = sh.pins, sh.pins.oeq_binary
-    trees = sh.stable_trees
-    recipe = stable.Recipe(trees, verify.manylinux_version(p.platform_tag) < (2, 32),
+def prepare_line(sh: Shared, lb: LineBuild, pool_size: int) -> None:
+    """The Python-independent part of one line's stable extension: the AOTI library and the link stubs."""
+    ob, trees = lb.line, lb.trees
+    recipe = stable.Recipe(trees, verify.manylinux_version(sh.pins.platform_tag) < (2, 32),
                            torch_label=f"torch-{ob.torch.version}")
-    with Stage("oeq", "aoti"):
+    with Stage(lb.who, "aoti"):
         with ThreadPoolExecutor(pool_size) as pool:
             objs = stable.compile_all(recipe, sh.objects, pool, python=False)["aoti"]
-        tmp = sh.stable_tmp = Path(tempfile.mkdtemp(prefix="oeq-wheels-stable-"))
-        sh.stable_stubs = stable.build_support(ob, recipe, sh.objects, sh.toolchain, objs, tmp / "stubs")
-        sh.stable_aoti = stable.link_aoti(ob, trees, objs, sh.stable_stubs, tmp / ob.aoti_library, sh.toolchain)
+        tmp = lb.tmp = Path(tempfile.mkdtemp(prefix=f"oeq-wheels-{lb.who}-"))
+        lb.stubs = stable.build_support(ob, recipe, sh.objects, sh.toolchain, objs, tmp / "stubs")
+        lb.aoti = stable.link_aoti(ob, trees, objs, lb.stubs, tmp / ob.aoti_library, sh.toolchain)
 
 
-def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
-    """The binary openequivariance wheel of one Python: its stable extension, built once for every CUDA 13 torch."""
-    p, ob, tag = sh.pins, sh.pins.oeq_binary, interp.cp_tag
-    who = f"oeq-{tag}"
+def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
+    """One line's binary openequivariance wheel for one Python: its stable extension, built once for every
+    torch of the line's CUDA major."""
+    p, ob, tag = sh.pins, lb.line, interp.cp_tag
+    who = f"{lb.who}-{tag}"
     timings: dict = {}
     version = ob.version(p.oeq.version)
-    with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-oeq-{tag}-") as tmp_s:
+    with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-{who}-") as tmp_s:
         tmp = Path(tmp_s)
-        recipe = stable.Recipe(sh.stable_trees, verify.manylinux_version(p.platform_tag) < (2, 32),
+        recipe = stable.Recipe(lb.trees, verify.manylinux_version(p.platform_tag) < (2, 32),
                                python_include=os.path.realpath(interp.include), torch_label=f"torch-{ob.torch.version}")
         with Stage(who, "compile", timings) as st:
             with ThreadPoolExecutor(4) as pool:
@@ -208,9 +220,9 @@ def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, forc
             st.note = f"{len(objs['hits'])}/{len(objs['module']) + len(objs['nanobind'])} from cache"
         module_name = ob.module_name + stable.ext_suffix(interp.version)
         with Stage(who, "link", timings):
-            module = stable.link_module(ob, sh.stable_trees, objs["module"], objs["nanobind"], sh.stable_stubs,
+            module = stable.link_module(ob, lb.trees, objs["module"], objs["nanobind"], lb.stubs,
                                         tmp / module_name, sh.toolchain)
-        libs = {module_name: module, ob.aoti_library: sh.stable_aoti}
+        libs = {module_name: module, ob.aoti_library: lb.aoti}
         with Stage(who, "audit", timings) as st:
             platform = _proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who,
                                         sh.verdicts)
@@ -224,21 +236,26 @@ def build_oeq_binary(sh: Shared, interp: pythons.Interpreter, outdir: Path, forc
                                  tag=assemble.wheel_tag(tag, platform), purelib=False, extlib_files=libs,
                                  build_record=record.to_json())
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        check = lambda w: verify.verify_oeq_binary(w, p, sdist_root=sh.oeq_root, cuda_root=sh.stable_trees.cuda_root,
-                                                   memo_dir=sh.verdicts,
-                                                   forbidden_paths=sh.forbidden)
+        check = lambda w: verify.verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
+                                                   memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
                                  "stable ABI", outdir, force, platform, timings, interp)
 
 
-def stable_trees(pins: pins_mod.Pins, files: dict[str, Path], cache: Path) -> stable.StableTrees:
-    """The unpacked inputs of OEq's stable extension (resolved: the compiler records real paths)."""
-    ob = pins.oeq_binary
-    return stable.StableTrees(
+def stable_trees(pins: pins_mod.Pins, line: pins_mod.OeqLine, files: dict[str, Path], cache: Path) -> stable.StableTrees:
+    """The unpacked inputs of one line's stable extension (resolved: the compiler records real paths)."""
+    trees = stable.StableTrees(
         inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve(),
-        inputs.torch_tree(files[ob.torch.file], ob.torch, cache, frozenset(f"lib{l}.so" for l in ob.torch_libs)).resolve(),
-        inputs.cuda_tree([(n, files[n.file]) for n in ob.nvidia], cache).resolve(),
-        inputs.nanobind_tree(files[ob.nanobind.file], ob.nanobind, cache).resolve(), ob.cuda_major)
+        inputs.torch_tree(files[line.torch.file], line.torch, cache,
+                          frozenset(f"lib{l}.so" for l in line.torch_libs)).resolve(),
+        inputs.cuda_tree([(n, files[n.file]) for n in line.nvidia], cache).resolve(),
+        inputs.nanobind_tree(files[line.nanobind.file], line.nanobind, cache).resolve())
+    tv = cc.torch_version_info(trees.torch_root)
+    expect = f"{line.torch.version}+{line.torch_local}"
+    if tv["__version__"] != expect:
+        raise BuildError(f"torch wheel {line.torch.file} names itself {tv['__version__']}, the {line.name} line "
+                         f"pins {expect}")
+    return trees
 
 
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,
@@ -246,16 +263,15 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     """Build both packages' wheels for the requested Pythons; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
-    ob = pins.oeq_binary
     wanted = pins_mod.select_pythons(pins.matrix.pythons, versions, f"matrix {pins.matrix.name!r}")
-    oeq_wanted = [v for v in wanted if v in ob.pythons]
     interps = pythons.find_all(wanted)
     outdir = prepare_outdir(outdir)
     extra = prepare_outdir(extra_dir(outdir))
     cache = cache or default_cache()
     toolchain = cc.Toolchain.detect()
     jobs = jobs or os.cpu_count() or 1
-    say(f"oeq-wheels: {pins.package_name} {pins.version} and openequivariance {ob.version(pins.oeq.version)}, "
+    lines = ", ".join(l.version(pins.oeq.version) for l in pins.oeq_lines)
+    say(f"oeq-wheels: {pins.package_name} {pins.version} and openequivariance {lines}, "
         f"matrix {pins.matrix.name}, Pythons {', '.join(wanted)}, {toolchain.version}, {jobs} jobs, cache {cache}")
     sweep_stale(outdir, extra, cache / "extract", cache / "extract" / "blobs")  # what killed runs left
     with Stage("all", "fetch") as st:
@@ -265,27 +281,31 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
         oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
         cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
         pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
-        trees = stable_trees(pins, files, cache)
+        line_builds = {l.name: LineBuild(l, stable_trees(pins, l, files, cache)) for l in pins.oeq_lines}
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain,
-                cc.ObjectCache(cache / "objects", toolchain, jobs), trees,
+                cc.ObjectCache(cache / "objects", toolchain, jobs), line_builds,
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
                                   *verify.default_forbidden_paths()}))
     rows, failures = [], {}
+    oeq_jobs = []  # (line build, Python) of every OEq wheel whose line prepared
     try:
-        if oeq_wanted:
+        for lb in sh.lines.values():
+            line_wanted = [v for v in wanted if v in lb.line.pythons]
+            if not line_wanted:
+                continue
             try:
-                prepare_stable(sh, jobs)
+                prepare_line(sh, lb, jobs)
+                oeq_jobs += [(lb, v) for v in line_wanted]
             except Interrupted:
                 raise
             except OeqWheelsError as exc:
-                for v in oeq_wanted:
-                    failures[f"openequivariance {pins_mod.cp_tag(v)}"] = str(exc)
-                oeq_wanted = []
-        with ThreadPoolExecutor(len(wanted) + len(oeq_wanted)) as pool:
+                for v in line_wanted:
+                    failures[f"openequivariance {lb.line.name} {pins_mod.cp_tag(v)}"] = str(exc)
+        with ThreadPoolExecutor(len(wanted) + len(oeq_jobs)) as pool:
             futs = {pool.submit(build_one, sh, interps[v], outdir, force): f"{pins.package_name} {pins_mod.cp_tag(v)}"
                     for v in wanted}
-            futs.update({pool.submit(build_oeq_binary, sh, interps[v], extra, force):
-                         f"openequivariance {pins_mod.cp_tag(v)}" for v in oeq_wanted})
+            futs.update({pool.submit(build_oeq_binary, sh, lb, interps[v], extra, force):
+                         f"openequivariance {lb.line.name} {pins_mod.cp_tag(v)}" for lb, v in oeq_jobs})
             for fut, who in futs.items():
                 try:
                     rows.append(fut.result())
@@ -294,8 +314,9 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                 except OeqWheelsError as exc:  # report every wheel, then fail
                     failures[who] = str(exc)
     finally:
-        if sh.stable_tmp is not None:
-            shutil.rmtree(sh.stable_tmp, ignore_errors=True)
+        for lb in sh.lines.values():
+            if lb.tmp is not None:
+                shutil.rmtree(lb.tmp, ignore_errors=True)
     stop_if_cancelled()
     rows.sort(key=lambda r: r["wheel"])
     elapsed = time.monotonic() - t0

@@ -15,8 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import __version__, output, proc, progress
-from .errors import OeqWheelsError
+from . import __version__, output, proc, progress, stop
+from .errors import OeqWheelsError, UsageError
 from .files import sweep_stale, temp_prefix
 
 
@@ -94,13 +94,33 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
     pb.add_argument("--matrix")
 
-    ix = sub.add_parser("index", parents=[common], help="write OUTDIR-extra/simple, a PEP 503 index of the openequivariance wheels")
-    ix.add_argument("outdir", type=Path, metavar="OUTDIR")
-    ix.add_argument("--matrix")
-    ix.add_argument("--base-url", help="absolute URL the wheels are served from (default: links relative to OUTDIR-extra)")
+    ix = sub.add_parser("site", parents=[common], help="lay out the binary OEq index site (GitHub Pages), one index per CUDA line",
+                        description="Write SITE: /<line>/simple/ (PEP 503 + PEP 691 JSON + PEP 658 metadata), "
+                                    "/<line>/links.html, files/, SHA256SUMS. Wheels come from OUTDIR-extra, or from "
+                                    "releases' downloaded assets (--release, renamed by the host; SHA256SUMS restores "
+                                    "their names).")
+    ix.add_argument("outdir", type=Path, metavar="OUTDIR", nargs="?", help="a build's OUTDIR (its -extra holds the OEq wheels)")
+    ix.add_argument("--release", type=Path, action="append", default=[], metavar="DIR",
+                    help="one release's assets as `gh release download` saves them, with its SHA256SUMS (repeatable)")
+    ix.add_argument("--out", type=Path, metavar="SITE", help="where to write the site (default: OUTDIR-extra/site)")
+
+    rh = sub.add_parser("rehearse", parents=[common], help="rehearse the release's hosting and README's installs locally",
+                        description="Attach the build to a local stand-in of the GitHub release (assets renamed as "
+                                    "GitHub renames them, downloads redirected), lay out the site from those assets "
+                                    "as the Pages job does, serve it as Pages does, check every link and its sha256, "
+                                    "then run README's install lines verbatim (the site's address substituted) with "
+                                    "pip and uv, compilers replaced by failing sentinels.")
+    rh.add_argument("outdir", type=Path, metavar="OUTDIR")
+    rh.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
+    rh.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
+    rh.add_argument("--command", type=lambda t: [int(x) for x in _pythons_arg(t)], metavar="N[,N]",
+                    help="only these of README's install lines (0-based; default all)")
+    rh.add_argument("--keep", action="store_true", help="keep each venv and its logs")
 
     t = sub.add_parser("check-tag", parents=[common], help="refuse a release tag other than v + the pinned version")
-    t.add_argument("tag", metavar="TAG", help="e.g. v0.7.0.post2 or refs/tags/v0.7.0.post2")
+    t.add_argument("tag", metavar="TAG", help="e.g. v0.7.0.post3 or refs/tags/v0.7.0.post3")
+    t.add_argument("--repository", metavar="OWNER/NAME", help="the repository releasing; must be [package] "
+                                                                "repository of pins.toml (the URLs derive from it)")
     t.add_argument("--matrix")
 
     sub.add_parser("pythons", parents=[common], help="list the interpreters the build would use")
@@ -115,7 +135,7 @@ def _on_signal(signum, frame):
     proc.cancel()
     for s in (signal.SIGINT, signal.SIGTERM):  # a second signal while cleaning up only repeats the stop
         signal.signal(s, lambda *_: proc.cancel())
-    raise proc.Interrupted(signal.Signals(signum).name)
+    raise stop.Interrupted(signal.Signals(signum).name)
 
 
 def _join_workers() -> None:
@@ -149,7 +169,7 @@ def _run_tempdir():
         shutil.rmtree(run_tmp, ignore_errors=True)
 
 
-def _interrupted(exc: proc.Interrupted) -> int:
+def _interrupted(exc: stop.Interrupted) -> int:
     # By now every worker has stopped and the run's temporary directory is gone (_run_tempdir),
     # so what is printed below is already true.
     done = output.placed()
@@ -171,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             _container_handoff(args)
         with _run_tempdir():
             return _dispatch(args)
-    except proc.Interrupted as exc:
+    except stop.Interrupted as exc:
         return _interrupted(exc)
     except BrokenPipeError:  # e.g. `oeq-wheels pythons | head -1`
         sys.stderr.close()
@@ -236,18 +256,32 @@ def _dispatch(args) -> int:
         from .release import publish
         return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
                        args.index_url)
-    if args.cmd == "index":
-        from .release import write_index
-        print(write_index(args.outdir, load(args.matrix), args.base_url))
+    if args.cmd == "site":
+        from . import site
+        pins = load()
+        if args.outdir is None and not args.release:
+            raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
+        wheels = [w for d in args.release for w in site.from_release(d, pins)]
+        if args.outdir is not None:
+            wheels += site.from_outdir(output.extra_dir(args.outdir), pins)
+        out = args.out or output.extra_dir(args.outdir) / "site"
+        print(site.write_site(out, wheels, pins))
         return 0
+    if args.cmd == "rehearse":
+        from .rehearse import run
+        return run(args.outdir, args.installer, args.python, args.command, args.keep)
     if args.cmd == "check-tag":
         from .release import check_tag
-        print(f"release tag {check_tag(args.tag, load(args.matrix))} matches the pinned version")
+        from .release import check_repository
+        pins = load(args.matrix)
+        print(f"release tag {check_tag(args.tag, pins)} matches the pinned version")
+        if args.repository is not None:
+            print(f"repository {check_repository(args.repository, pins)} is the pinned one")
         return 0
     if args.cmd == "pythons":
         from .pythons import PythonNotFound, find
         pins = load()
-        for v in dict.fromkeys(pins.matrix.pythons + pins.oeq_binary.pythons):
+        for v in pins.pythons:
             try:
                 i = find(v)
                 print(f"{v}  {i.full_version}  {i.executable}")

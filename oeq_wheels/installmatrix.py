@@ -1,15 +1,17 @@
 """The plain-install matrix: no compiler at install time either.
 
-For each torch release and installer (pip, uv): a fresh venv; g++, gcc, c++, cc, ninja,
-nvcc and cmake replaced by failing sentinels BEFORE the install; then a plain
-`pip install torch==X openequivariance==0.7.0` (or, for FastMACE's torch,
-`pip install torch==2.14.1 fastmace-oeq-ext`) from the registry plus our index
-(OUTDIR-extra/simple, served on loopback) and OUTDIR as find-links (or, with
---from-index, fastmace-oeq-ext from the index it was uploaded to). OpenEquivariance
-must then import with its precompiled stable extension (our binary wheel, never the
-sdist), its operators registered, torch a CUDA 13 build, the doctor (where
-fastmace-oeq-ext is installed) saying no compiler is needed, and the sentinel log
-empty. On a machine without a GPU a stub libcuda.so.1 stands in for the driver.
+For each OEq line (cu130, cu128), each torch release it is tested on and each installer
+(pip, uv): a fresh venv; g++, gcc, c++, cc, ninja, nvcc and cmake replaced by failing
+sentinels BEFORE the install; then a plain `pip install torch==X openequivariance==0.7.0`
+(or, for FastMACE's torch, `pip install torch==2.14.1 fastmace-oeq-ext`) from the registry
+plus the line's index of the site (oeq_wheels.site, served on loopback) and OUTDIR as
+find-links (or, with --from-index, fastmace-oeq-ext from the index it was uploaded to).
+OpenEquivariance must then import with its precompiled stable extension (the line's binary
+wheel, never the sdist), its operators registered, torch a build of the line's CUDA major,
+the doctor (where fastmace-oeq-ext is installed) saying no compiler is needed, and the
+sentinel log empty. One more case mixes the lines on purpose (a CUDA 13 torch and the cu128
+index): the doctor must refuse in one line, OEq must fail to load without building anything.
+On a machine without a GPU a stub libcuda.so.1 stands in for the driver.
 
 The machine's pip configuration is left out (PIP_CONFIG_FILE=/dev/null): a user's
 machine has none of this one's local wheel directory or constraints, and the check
@@ -28,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pins as pins_mod, proc, pythons, release, sentinels, stub
+from . import pins as pins_mod, proc, pythons, sentinels, site as site_mod, stub
 from .cleaninstall import has_gpu
 from .errors import OeqWheelsError, UsageError
 from .output import extra_dir
@@ -54,9 +56,15 @@ print("MATRIX " + json.dumps(out))
 class Case:
     torch: str
     installer: str
+    line: pins_mod.OeqLine      # the line whose index the install is given
+    mix: bool = False           # torch of another CUDA major: a refusal is the pass
     path: str = "-"
     result: str = "not run"
     ok: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.torch or 'torch'} {self.line.name}{' (mix)' if self.mix else ''} {self.installer}"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -82,53 +90,65 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
     if check is None:
         return ["the check did not run"]
     why = []
-    if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(
-            pins.oeq_binary.cuda_major + "."):
-        why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {pins.oeq_binary.cuda_major} "
-                   f"build of {case.torch}")
-    if check["oeq_version"] != pins.oeq_binary.version(pins.oeq.version):
-        why.append(f"installed openequivariance {check['oeq_version']}, not our binary wheel")
+    line = case.line
+    torch_major = "13" if case.mix else line.cuda_major  # a mix pairs the cu12 line with PyPI's CUDA 13 torch
+    if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(torch_major + "."):
+        why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {torch_major} build of "
+                   f"{case.torch or 'torch'}")
+    if check["oeq_version"] != line.version(pins.oeq.version):
+        why.append(f"installed openequivariance {check['oeq_version']}, not our {line.name} binary wheel")
+    if log.strip():
+        why.append(f"a build tool was called: {log.strip()[:200]}")
+    if case.mix:  # OEq tries its (wrong-CUDA) library, fails to load it and builds nothing; the doctor refuses
+        if check["built"] or not check["precompiled"]:
+            why.append(f"OEq loaded an extension beside the wrong CUDA (precompiled={check['precompiled']}, "
+                       f"built={check['built']})")
+        lines = doctor[1].strip().splitlines() if doctor else []
+        if doctor is None or doctor[0] == 0 or not lines or f"built for CUDA {line.cuda_major}" not in lines[0]:
+            why.append(f"the doctor did not refuse the mix in its first line: {lines[:1] or doctor}")
+        return why
     if not (check["precompiled"] and check["built"]):
         why.append(f"OEq did not load its precompiled extension: {check['error']}")
     if len(check["ops"]) != 3:
         why.append(f"operators missing: {check['ops']}")
     if doctor is not None and (doctor[0] != 0 or not doctor[1].startswith("host extension: OpenEquivariance precompiled")):
         why.append(f"doctor: {doctor[1].splitlines()[0] if doctor[1] else doctor[0]}")
-    if log.strip():
-        why.append(f"a build tool was called: {log.strip()[:200]}")
     return why
 
 
-def run_case(case: Case, pins: pins_mod.Pins, src: list[str], base_python: str, keep: bool, say) -> Case:
-    """One fresh venv and install; src: the pip/uv options that add our packages' sources."""
-    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.installer}-"))
+def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
+             with_fastmace: bool, env_extra: dict | None = None) -> Case:
+    """One fresh venv and `pip install ARGS` (or `uv pip install ARGS`), compilers hidden before it; then the checks.
+
+    env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
+    """
+    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.name}-{case.installer}-"))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k not in
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", PIP_CONFIG_FILE=os.devnull,
                PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    env.update(env_extra or {})
     venv = work / "venv"
     vpy = venv / "bin" / "python"
-    with_fastmace = case.torch == FASTMACE_TORCH
-    reqs = requirements(case.torch, with_fastmace, pins)
     try:
         if case.installer == "uv":
             proc.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
-                           env=env, check=True, capture_output=True)
+                     env=env, check=True, capture_output=True)
             # uv takes wheel file names as immutable; a rebuilt wheel of the same name must not come from its cache.
             fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
-            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(vpy), *fresh, *src, *reqs]
+            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(vpy), *fresh, *args]
         else:
             proc.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
-            cmd = [str(vpy), "-m", "pip", "install", "-q", *src, *reqs]
-        say(f"{case.torch} {case.installer}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
+            cmd = [str(vpy), "-m", "pip", "install", "-q", *args]
+        say(f"{case.label}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
         r = proc.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
             return case
         site = Path(proc.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+                             capture_output=True, text=True, check=True).stdout.strip())
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
         run_env = dict(env)
         if mods and not has_gpu():
@@ -136,17 +156,18 @@ def run_case(case: Case, pins: pins_mod.Pins, src: list[str], base_python: str, 
             run_env["LD_LIBRARY_PATH"] = str(stub_dir)
         if with_fastmace:
             run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled
-        c = proc.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True,
-                           cwd=work)
+        c = proc.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True, cwd=work)
         lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
         check = json.loads(lines[-1][7:]) if lines else None
         doctor = None
         if with_fastmace:
-            d = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True,
-                               cwd=work)
+            d = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True, cwd=work)
             doctor = (d.returncode, d.stdout)
-        case.path = ("OEq precompiled (our binary wheel)" if check and check["precompiled"] else
-                     f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
+            if case.mix and d.stdout:
+                case.path = "refused: " + d.stdout.splitlines()[0][:110]
+        if not case.mix:
+            case.path = ("OEq precompiled (our binary wheel)" if check and check["precompiled"] else
+                         f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
         why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
         if check is None:
             why.append(c.stderr.strip()[-500:])
@@ -155,43 +176,63 @@ def run_case(case: Case, pins: pins_mod.Pins, src: list[str], base_python: str, 
         return case
     finally:
         if keep or not case.ok:
-            say(f"{case.torch} {case.installer}: kept {work}")
+            say(f"{case.label}: kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def table(cases: list[Case]) -> str:
-    rows = [("torch", "installer", "path taken", "result")] + [(c.torch, c.installer, c.path, c.result) for c in cases]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(3)), r[3]]) for r in rows)
+    rows = [("torch", "index", "installer", "path taken", "result")] + [
+        (c.torch or "any", c.line.name + (" (mix)" if c.mix else ""), c.installer, c.path, c.result) for c in cases]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(4)), r[4]]) for r in rows)
+
+
+def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str]) -> list[Case]:
+    """Every line's tested torches with each installer, then the mixed pair (a CUDA 13 torch, the cu12 index)."""
+    bad = [i for i in installers if i not in ("pip", "uv")]
+    if bad or not installers:
+        raise UsageError(f"--installer takes pip and/or uv, not {', '.join(bad) or 'nothing'}")
+    known = {t for l in pins.oeq_lines for t in l.tested_torch}
+    unknown = [t for t in torches or [] if t not in known]
+    if unknown:
+        raise UsageError(f"--torch {', '.join(unknown)}: no OEq line is tested on it; pinned: {', '.join(sorted(known))}")
+    cases = [Case(t, i, line) for line in pins.oeq_lines for t in line.tested_torch
+             if torches is None or t in torches for i in installers]
+    other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major]
+    if other and (torches is None or FASTMACE_TORCH in torches):
+        cases.append(Case(FASTMACE_TORCH, installers[0], other[0], mix=True))
+    return cases
 
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR."""
     pins = pins_mod.load()
-    torches = torches or list(pins.oeq_binary.tested_torch)
-    bad = [i for i in installers if i not in ("pip", "uv")]
-    if bad or not installers:
-        raise UsageError(f"--installer takes pip and/or uv, not {', '.join(bad) or 'nothing'}")
+    cases = plan(pins, torches, installers)
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
-    if not list(extra.glob("openequivariance-*.whl")):
-        raise UsageError(f"no openequivariance wheel in {extra}; build first (make wheels)")
-    simple = release.write_index_for(extra)
+    wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
+    lines_built = {site_mod.line_name(w.name, pins) for w in wheels}
+    missing = sorted({c.line.name for c in cases} - lines_built)
+    if missing:
+        raise UsageError(f"no openequivariance wheel of line {', '.join(missing)} in {extra}; build first (make wheels)")
     base = pythons.find(python).executable
     say = lambda m: print(f"install-matrix: {m}", file=sys.stderr, flush=True)
-    server = serve(extra)
-    index_url = f"http://127.0.0.1:{server.server_address[1]}/{simple.name}/"
-    cases = [Case(t, i) for t in torches for i in installers]
-    src = ["--extra-index-url", index_url, *(["--extra-index-url", from_index] if from_index
-                                              else ["--find-links", str(outdir)])]
-    try:
-        for case in cases:
-            run_case(case, pins, src, base, keep, say)
-            say(f"{case.torch} {case.installer}: {case.result}")
-    finally:
-        server.shutdown()
+    with tempfile.TemporaryDirectory(prefix="oeq-matrix-site-") as tmp:
+        site = site_mod.write_site(Path(tmp) / "site", wheels, pins)
+        server = serve(site)
+        root = f"http://127.0.0.1:{server.server_address[1]}/"
+        fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
+        try:
+            for case in cases:
+                with_fastmace = case.torch == FASTMACE_TORCH
+                args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
+                        f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
+                run_case(case, pins, args, base, keep, say, with_fastmace)
+                say(f"{case.label}: {case.result}")
+        finally:
+            server.shutdown()
     print(table(cases))
     if not all(c.ok for c in cases):
         raise OeqWheelsError(f"{sum(not c.ok for c in cases)} of {len(cases)} install cases failed")

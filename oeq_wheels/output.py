@@ -12,7 +12,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import proc
+from . import stop
 from .errors import OeqWheelsError
 from .files import sha256_file, temp_prefix
 
@@ -45,7 +45,7 @@ def place(wheel: Path, outdir: Path, force: bool, sha256: str) -> Path:
         with os.fdopen(fd, "wb") as out, open(wheel, "rb") as src:
             shutil.copyfileobj(src, out)
         os.chmod(tmp, 0o644)
-        proc.stop_if_cancelled()  # an interrupted run places nothing more
+        stop.stop_if_cancelled()  # an interrupted run places nothing more
         if force:
             os.replace(tmp, dest)
         else:

@@ -2,9 +2,12 @@
 names that follow from them (library file, link libraries, sonames, RUNPATH, tags)."""
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from fastmace_oeq_ext import cudaflags
 
 from .errors import UsageError
 
@@ -57,15 +60,18 @@ class Matrix:
 
 
 @dataclass(frozen=True)
-class OeqBinary:
-    """The binary openequivariance wheels: OEq's stable extension, one build for every CUDA 13 torch."""
+class OeqLine:
+    """One binary openequivariance line: OEq's stable extension, one build for every torch of one CUDA major."""
 
+    name: str                 # cu130, cu128: the site's /<name>/simple/ index
     local_version: str
     pythons: tuple[str, ...]
     torch: Pinned             # the oldest supported torch's wheel: headers and libraries
+    torch_local: str          # its +local label (cu130), checked against the unpacked wheel
     torch_matrix: str
     torch_min: str
-    cuda_major: str
+    cuda: str                 # the CUDA release of the pinned NVIDIA wheels, e.g. 12.8
+    driver: str               # the driver floor users need, for README and the index page
     nvidia: tuple[Pinned, ...]
     nanobind: Pinned
     tested_torch: tuple[str, ...]
@@ -73,6 +79,10 @@ class OeqBinary:
     aoti_library: str = "liboeq_stable_cuda_aoti.so"
     torch_libs: tuple[str, ...] = ("torch_cpu", "c10")  # OEq's CMakeLists links CPU LibTorch only
     stub_library: str = "torch_cuda"   # OEq's stream stub, named like the library it stands in for
+
+    @property
+    def cuda_major(self) -> str:
+        return self.cuda.split(".")[0]
 
     def version(self, oeq_version: str) -> str:
         return f"{oeq_version}+{self.local_version}"
@@ -83,6 +93,9 @@ class OeqBinary:
 
     def cuda_sonames(self) -> tuple[str, ...]:
         return tuple(l for n in self.nvidia for l in n.libs)
+
+    def inputs(self, oeq: Pinned) -> list[Pinned]:
+        return [oeq, self.nanobind, self.torch, *self.nvidia]
 
 
 @dataclass(frozen=True)
@@ -101,8 +114,40 @@ class Pins:
     oeq_python_source: str
     torch_libs: tuple[str, ...]
     pybind11: Pinned
+    repository: str                      # owner/name on GitHub: the public address
     matrix: Matrix
-    oeq_binary: OeqBinary
+    oeq_lines: tuple[OeqLine, ...]       # newest CUDA first
+
+    def oeq_line(self, name: str) -> OeqLine:
+        for line in self.oeq_lines:
+            if line.name == name:
+                return line
+        raise PinsError(f"no OEq line {name!r}; pins.toml defines: {', '.join(l.name for l in self.oeq_lines)}")
+
+    @property
+    def oeq_binary(self) -> OeqLine:
+        """The OEq line of the release matrix's CUDA major (what fastmace-oeq-ext users install beside it)."""
+        return next(l for l in self.oeq_lines if l.cuda_major == self.matrix.cuda_major)
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        """Every CPython either package is built for."""
+        return tuple(dict.fromkeys(self.matrix.pythons + self.oeq_lines[0].pythons))
+
+    @property
+    def site_url(self) -> str:
+        """The GitHub Pages site of `repository`, which serves the binary OEq indexes."""
+        owner, name = self.repository.split("/")
+        return f"https://{owner.lower()}.github.io/{name}/"
+
+    def index_url(self, line: str) -> str:
+        return f"{self.site_url}{line}/simple/"
+
+    @property
+    def project_urls(self) -> tuple[tuple[str, str], ...]:
+        """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
+        own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
+        return own + self.urls
 
     @property
     def version(self) -> str:
@@ -133,14 +178,14 @@ class Pins:
         return [self.oeq, self.pybind11, *self.matrix.nvidia] + [self.matrix.torch_wheel(t) for t in cp_tags]
 
     def oeq_binary_inputs(self) -> list[Pinned]:
-        b = self.oeq_binary
-        return [self.oeq, b.nanobind, b.torch, *b.nvidia]
+        """Every file the OEq lines read."""
+        return list(dict.fromkeys(p for line in self.oeq_lines for p in line.inputs(self.oeq)))
 
 
 def runpath(depth: int, cuda_major: str) -> str:
     """RUNPATH from a library `depth` directories below site-packages to torch's and the NVIDIA wheels' libraries."""
     up = "/".join([".."] * depth)
-    return f"$ORIGIN/{up}/torch/lib:$ORIGIN/{up}/nvidia/cu{cuda_major}/lib"
+    return ":".join(f"$ORIGIN/{up}/{d}" for d in ["torch/lib", *cudaflags.layout_lib_dirs(cuda_major)])
 
 
 def cp_tag(version: str) -> str:
@@ -174,11 +219,29 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     if name not in matrices:
         raise PinsError(f"unknown matrix {name!r}; pins.toml defines: {', '.join(sorted(matrices))}")
     mat = _matrix(data, name)
+    if not mat.pythons:
+        raise PinsError(f"matrix {name!r} serves an OEq line only (no {data['package']['name']} build); "
+                        f"choose one of: {', '.join(sorted(n for n, m in matrices.items() if m['pythons']))}")
     for py in mat.pythons:
         mat.torch_wheel(cp_tag(py))  # every listed Python must have its torch wheel
     pkg, oeq, pyb, ob = data["package"], data["openequivariance"], data["pybind11"], data["oeq_binary"]
-    ob_matrix = _matrix(data, ob["torch_matrix"])
+    repository = pkg.get("repository", "")
+    if not re.fullmatch(r"[A-Za-z0-9-]+/[A-Za-z0-9._-]+", repository):
+        raise PinsError(f"[package] repository = {repository!r} in {path} is not owner/name on GitHub; set it to "
+                        "this project's repository")
     nb = data["nanobind"]
+    nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
+    lines = []
+    for line_name, ln in ob["lines"].items():
+        where = f"[oeq_binary.lines.{line_name}]"
+        tm = _matrix(data, ln["torch_matrix"])
+        lines.append(OeqLine(
+            name=line_name, local_version=ln["local_version"], pythons=tuple(ob["pythons"]),
+            torch=tm.torch_wheel(ln["torch_wheel"]), torch_local=tm.torch_local, torch_matrix=tm.name,
+            torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
+            nvidia=_nvidia(data, ln["nvidia"], where), nanobind=nanobind, tested_torch=tuple(ln["tested_torch"])))
+        if tm.cuda != lines[-1].cuda:
+            raise PinsError(f"{where} says CUDA {lines[-1].cuda}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
     return Pins(
         package_name=pkg["name"],
         import_name=pkg["import_name"],
@@ -194,13 +257,9 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         oeq_python_source=oeq["python_source"],
         torch_libs=tuple(oeq["torch_libs"]),
         pybind11=Pinned("pybind11", pyb["version"], pyb["file"], pyb["sha256"]),
+        repository=repository,
         matrix=mat,
-        oeq_binary=OeqBinary(
-            local_version=ob["local_version"], pythons=tuple(ob["pythons"]),
-            torch=ob_matrix.torch_wheel(ob["torch_wheel"]), torch_matrix=ob_matrix.name, torch_min=ob["torch_min"],
-            cuda_major=ob["cuda_major"], nvidia=_nvidia(data, ob["nvidia"], "[oeq_binary]"),
-            nanobind=Pinned("nanobind", nb["version"], nb["file"], nb["sha256"]),
-            tested_torch=tuple(ob["tested_torch"])),
+        oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in l.cuda.split(".")), reverse=True)),
     )
 
 

@@ -12,30 +12,17 @@ import subprocess
 import threading
 from typing import Callable
 
-from .errors import OeqWheelsError
+from . import stop
 from .progress import debug
+from .stop import stop_if_cancelled
 
-
-class Interrupted(OeqWheelsError):
-    """The run was stopped by SIGINT or SIGTERM; nothing after that point was written."""
-
-    exit_code = 130
-
-
-_cancelled = threading.Event()
 _children: set[subprocess.Popen] = set()
 _guard = threading.RLock()  # re-entrant: the signal handler (cancel) may run while the main thread holds it
 
 
-def stop_if_cancelled() -> None:
-    """Raise Interrupted once the run is being stopped (call before anything is written)."""
-    if _cancelled.is_set():
-        raise Interrupted("interrupted")
-
-
 def cancel() -> None:
     """Stop the run: no new child starts, every running child's group gets SIGTERM."""
-    _cancelled.set()
+    stop.request()
     with _guard:
         running = list(_children)
     for p in running:
@@ -84,8 +71,7 @@ def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, che
     finally:
         with _guard:
             _children.discard(p)
-    if _cancelled.is_set():
-        raise Interrupted("interrupted")
+    stop_if_cancelled()
     result = subprocess.CompletedProcess(cmd, p.returncode, out, err)
     if check:
         result.check_returncode()

@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from .stop import stop_if_cancelled
+
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 HEARTBEAT_S = 15.0
 
@@ -93,9 +95,7 @@ class Stage:
         self.who, self.stage, self.timings, self.note, self.detail = who, stage, timings, "", detail
 
     def __enter__(self):
-        from .proc import stop_if_cancelled  # a stopped run starts no new stage
-
-        stop_if_cancelled()
+        stop_if_cancelled()  # a stopped run starts no new stage
         self.t0 = self.last_beat = time.monotonic()
         say(f"[{self.who}] {self.stage:<8} started")
         _heartbeat.add(self)

@@ -1,12 +1,11 @@
-"""Release steps over a build's output: the publish gate, SHA256SUMS and a PEP 503 index.
+"""Release steps over a build's output: the publish gate and SHA256SUMS.
 
 OUTDIR holds the fastmace-oeq-ext wheels, the only files that go to PyPI;
-OUTDIR-extra holds the binary openequivariance wheels, SHA256SUMS and simple/ (the
-index published with the GitHub release, serving the openequivariance wheels).
+OUTDIR-extra holds the binary openequivariance wheels of every CUDA line and SHA256SUMS
+(attached to the GitHub release, from whose assets oeq_wheels.site lays out the index).
 """
 from __future__ import annotations
 
-import html
 import os
 import re
 import subprocess
@@ -45,6 +44,15 @@ def check_tag(tag: str, pins: pins_mod.Pins) -> str:
         raise ReleaseError(f"release tag {tag!r} does not match the pinned version: expected {expected} "
                            "(oeq_wheels/pins.toml); tag the commit with that, or change the pins first")
     return name
+
+
+def check_repository(repository: str, pins: pins_mod.Pins) -> str:
+    """The releasing repository must be the one pins.toml names: the index URLs, README and METADATA derive from it."""
+    if repository.lower() != pins.repository.lower():
+        raise ReleaseError(f"this release runs in {repository!r}, but oeq_wheels/pins.toml names {pins.repository!r} "
+                           f"as the project's repository (the index would be announced at {pins.site_url}); set "
+                           "[package] repository to this repository first")
+    return repository
 
 
 # Upload endpoints whose simple index is not at <upload URL>/simple/.
@@ -137,8 +145,17 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     by_name, more = wheels_in(extra) if extra.is_dir() else ({}, [])
     problems += more
     oeq = by_name.pop("openequivariance", [])
-    oeq_pythons = tuple(v for v in pins.matrix.pythons if v in pins.oeq_binary.pythons)
-    problems += _check_set(oeq, pins.oeq_binary.version(pins.oeq.version), oeq_pythons, "openequivariance")
+    by_line: dict[str, list[Path]] = {line.name: [] for line in pins.oeq_lines}
+    for w in oeq:
+        line = verify.line_of(str(parse_wheel_filename(w.name)[1]), pins)
+        if line is None:
+            problems.append(f"{w.name} is of no pinned OEq line ({', '.join(l.version(pins.oeq.version) for l in pins.oeq_lines)})")
+        else:
+            by_line[line.name].append(w)
+    for line in pins.oeq_lines:
+        pythons = tuple(v for v in pins.matrix.pythons if v in line.pythons)
+        problems += _check_set(by_line[line.name], line.version(pins.oeq.version), pythons,
+                               f"openequivariance {line.name}")
     if problems:
         raise ReleaseError("refusing to publish: " + "; ".join(problems))
     return ours, oeq
@@ -151,41 +168,6 @@ def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     tmp.write_text("".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels))
     os.replace(tmp, path)
     return path
-
-
-def write_index(outdir: Path, pins: pins_mod.Pins, base_url: str | None = None) -> Path:
-    """OUTDIR-extra/simple/ (PEP 503) serving the binary openequivariance wheels, each link with #sha256=.
-
-    fastmace-oeq-ext itself comes from PyPI; this index adds what PyPI cannot hold, so that
-    `pip install fastmace-oeq-ext --extra-index-url <index>` resolves OEq to the binary wheel.
-    The set must be complete (as for publishing). base_url: where the wheels will be served
-    (e.g. a GitHub release's download URL); by default links are relative to OUTDIR-extra.
-    """
-    check_set(outdir, pins)
-    return write_index_for(extra_dir(outdir), base_url)
-
-
-def write_index_for(extra: Path, base_url: str | None = None) -> Path:
-    """extra/simple/openequivariance/ linking every openequivariance wheel in extra/."""
-    prefix = base_url.rstrip("/") + "/" if base_url else "../../"
-    by_name, _ = wheels_in(extra)
-    oeq = by_name.get("openequivariance", [])
-    simple = extra / "simple"
-    (simple / "openequivariance").mkdir(parents=True, exist_ok=True)
-    links = "".join(f'    <a href="{html.escape(prefix + w.name)}#sha256={sha256_file(w)}" '
-                    f'data-requires-python="{html.escape(_requires_python(w))}">{html.escape(w.name)}</a><br/>\n'
-                    for w in oeq)
-    (simple / "openequivariance" / "index.html").write_text(
-        f"<!DOCTYPE html>\n<html><body>\n<h1>Links for openequivariance</h1>\n{links}</body></html>\n")
-    (simple / "index.html").write_text(
-        '<!DOCTYPE html>\n<html><body>\n<a href="openequivariance/">openequivariance</a><br/>\n</body></html>\n')
-    return simple
-
-
-def _requires_python(wheel: Path) -> str:
-    tag = next(iter(parse_wheel_filename(wheel.name)[3]))
-    digits = tag.interpreter[2:]
-    return f"=={digits[0]}.{digits[1:]}.*"
 
 
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
@@ -212,7 +194,7 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     target = redact(repository_url) if repository_url else (repository or "pypi")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
-              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its index only "
+              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its site only "
               "(files already on the index are checked at upload time)")
         return 0
     index = index_for(upload_target(repository, repository_url), index_url)

@@ -16,11 +16,11 @@ def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: f
     cps = sorted({next(iter(parse_wheel_filename(r["wheel"])[3])).interpreter for r in rows})
     inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(cps) + pins.oeq_binary_inputs())]
     data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
-            "oeq_binary_version": pins.oeq_binary.version(pins.oeq.version),
+            "oeq_binary_versions": {l.name: l.version(pins.oeq.version) for l in pins.oeq_lines},
             "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
             "failures": failures, "inputs": inputs_}
     lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name}) and openequivariance "
-             f"{data['oeq_binary_version']}", "",
+             f"{', '.join(data['oeq_binary_versions'].values())}", "",
              f"Built with {toolchain.version} in {elapsed:.1f} s.", "",
              "| wheel | tag (proven by auditwheel) | size | sha256 | seconds per stage |", "|---|---|---|---|---|"]
     for r in rows:

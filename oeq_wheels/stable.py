@@ -18,9 +18,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastmace_oeq_ext import cudaflags as wheel_cuda
+
 from . import compile as cc, proc, stub
 from .errors import OeqWheelsError
-from .pins import OeqBinary
+from .pins import OeqLine
 
 RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
 CXX17 = "-std=gnu++17"               # CXX_STANDARD 17 (CMake's CXX_EXTENSIONS defaults to ON)
@@ -43,21 +45,19 @@ class StableTrees:
 
     oeq_root: Path        # openequivariance-<version>/ of the sdist
     torch_root: Path      # holds torch/include and torch/lib/{libtorch_cpu,libc10}.so
-    cuda_root: Path       # holds nvidia/cu13/{include,lib}
+    cuda_root: Path       # a site-packages-like tree of the line's NVIDIA wheels (nvidia/cu13/..., nvidia/cuda_runtime/...)
     nanobind: Path        # nanobind/{include,src,ext}
-    cuda_major: str
 
     @property
     def ext(self) -> Path:
         return self.oeq_root / "openequivariance" / "extension"
 
-    @property
-    def cuda_include(self) -> Path:
-        return self.cuda_root / "nvidia" / f"cu{self.cuda_major}" / "include"
-
-    @property
-    def cuda_lib(self) -> Path:
-        return self.cuda_root / "nvidia" / f"cu{self.cuda_major}" / "lib"
+    def cuda(self) -> wheel_cuda.CudaWheelFlags:
+        """The wheels' include and library directories, as the one CUDA-wheel flag code finds them."""
+        flags = wheel_cuda.wheel_build_flags(self.cuda_root, require_driver=False)
+        if flags is None:
+            raise StableBuildError(f"the NVIDIA wheels in {self.cuda_root} lack a header or library")
+        return flags
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,11 @@ class Recipe:
     python_include: str | None = None
     torch_label: str = "torch"
 
-    def prefix_map(self) -> list[str]:
-        m = {str(self.trees.ext): "openequivariance/extension", str(self.trees.torch_root): self.torch_label,
-             str(self.trees.cuda_root): "nvidia", str(self.trees.nanobind): "nanobind",
-             str(cc.SHIM_DIR): "oeq-wheels-shim"}
+    def prefix_map(self, nanobind_only: bool = False) -> list[str]:
+        m = {str(self.trees.nanobind): "nanobind", str(cc.SHIM_DIR): "oeq-wheels-shim"}
+        if not nanobind_only:  # nanobind's sources see no OEq, torch or CUDA header: its objects serve every line
+            m.update({str(self.trees.ext): "openequivariance/extension", str(self.trees.torch_root): self.torch_label,
+                      str(self.trees.cuda_root): "nvidia"})
         if self.python_include:
             m[self.python_include] = "python/include"
         return [f"-ffile-prefix-map={s}={d}" for s, d in sorted(m.items(), key=lambda kv: -len(kv[0]))]
@@ -86,7 +87,7 @@ class Recipe:
         # target_include_directories(EXT_DIR, backend, json11, LIBTORCH_INCLUDE_DIR); CUDA::* imported
         # targets add the toolkit's include directories as system directories.
         return [f"-I{ext}", f"-I{ext / 'backend'}", f"-I{ext / 'json11'}", f"-I{t.torch_root / 'torch' / 'include'}",
-                "-isystem", str(t.cuda_include), "-isystem", str(t.cuda_include / "cccl")]
+                *(a for d in t.cuda().include_dirs for a in ("-isystem", d))]
 
     def aoti(self) -> list[str]:
         """oeq_stable_cuda_aoti: add_library(SHARED), no nanobind."""
@@ -106,7 +107,7 @@ class Recipe:
         nb = self.trees.nanobind
         return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", f"-I{nb / 'ext' / 'robin_map' / 'include'}",
                 f"-I{self.python_include}", f"-I{nb / 'include'}", "-fvisibility=hidden", "-fno-strict-aliasing",
-                "-mtls-dialect=gnu2", *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map()]
+                "-mtls-dialect=gnu2", *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map(nanobind_only=True)]
 
     def stream_stub(self) -> list[str]:
         """cuda_stub_lib: stubs/stream.cpp against LibTorch's include directory."""
@@ -125,17 +126,17 @@ def _run(cmd: list[str], what: str) -> None:
         raise StableBuildError(f"{what} failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-2000:]}")
 
 
-def link_libraries(ob: OeqBinary, trees: StableTrees, stub_dir: Path) -> list[str]:
+def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]:
     """target_link_libraries(torch_cpu, c10, CUDA::cudart, CUDA::cuda_driver, CUDA::nvrtc, CUDA::cublas,
     cuda_stub_lib): by soname, NEEDED kept for each (as GCC links without --as-needed)."""
     torch_lib = trees.torch_root / "torch" / "lib"
     return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs],
-            f"-L{trees.cuda_lib}", *[f"-l:{s}" for s in ob.cuda_sonames()],
+            *(f"-L{d}" for d in trees.cuda().library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()],
             f"-L{stub_dir}", "-l:libcuda.so.1", f"-l{ob.stub_library}",
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
 
 
-def build_support(ob: OeqBinary, recipe: Recipe, objects: cc.ObjectCache, toolchain: cc.Toolchain,
+def build_support(ob: OeqLine, recipe: Recipe, objects: cc.ObjectCache, toolchain: cc.Toolchain,
                   driver_objects: list[Path], out: Path) -> Path:
     """The link-only stand-ins in out/: libtorch_cuda.so (OEq's stream stub) and libcuda.so.1."""
     stream_obj, _ = objects.compile(recipe.trees.ext / "stubs" / "stream.cpp", recipe.stream_stub())
@@ -147,7 +148,7 @@ def build_support(ob: OeqBinary, recipe: Recipe, objects: cc.ObjectCache, toolch
     return out
 
 
-def link_module(ob: OeqBinary, trees: StableTrees, objs: list[Path], nanobind_objs: list[Path], stub_dir: Path,
+def link_module(ob: OeqLine, trees: StableTrees, objs: list[Path], nanobind_objs: list[Path], stub_dir: Path,
                 out: Path, toolchain: cc.Toolchain) -> Path:
     """MODULE library: -shared, nanobind_strip (-Wl,-s), nanobind-static's --gc-sections."""
     archive = out.with_name("libnanobind-static.a")
@@ -159,7 +160,7 @@ def link_module(ob: OeqBinary, trees: StableTrees, objs: list[Path], nanobind_ob
     return out
 
 
-def link_aoti(ob: OeqBinary, trees: StableTrees, objs: list[Path], stub_dir: Path, out: Path,
+def link_aoti(ob: OeqLine, trees: StableTrees, objs: list[Path], stub_dir: Path, out: Path,
               toolchain: cc.Toolchain) -> Path:
     """SHARED library with its soname; stripped as scikit-build-core's install (strip = true) does."""
     linked = out.with_name(out.name + ".unstripped")

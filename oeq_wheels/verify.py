@@ -27,6 +27,7 @@ from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
+from fastmace_oeq_ext import cudaflags
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, OEQ_BUILD_FILE, Manifest, ManifestError, OeqBuild
 
 from . import pins as pins_mod, proc
@@ -62,9 +63,9 @@ def manylinux_version(tag: str) -> tuple[int, int] | None:
 
 def external_ok(p: pins_mod.Pins) -> frozenset[str]:
     """What a wheel may leave to torch, the NVIDIA wheels and the driver."""
-    ob = p.oeq_binary
-    return (p.torch_needed | p.cuda_needed | {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)}
-            | set(ob.cuda_sonames()))
+    return (p.torch_needed | p.cuda_needed
+            | {f"lib{l}.so" for ob in p.oeq_lines for l in (*ob.torch_libs, ob.stub_library)}
+            | {s for ob in p.oeq_lines for s in ob.cuda_sonames()})
 
 
 def _remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
@@ -370,23 +371,30 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
 
 
 # ---------------------------------------------------------------- binary openequivariance
-def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None = None,
-                      cuda_root: Path | None = None, forbidden_paths: list[str] | None = None,
-                      twine: bool = True, memo_dir: Path | None = None) -> Verdict:
-    """Check a binary openequivariance wheel against the pins and the pinned sdist."""
+def line_of(version: str, p: pins_mod.Pins) -> pins_mod.OeqLine | None:
+    """The OEq line whose version this is."""
+    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version), None)
+
+
+def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
+                      sdist_root: Path | None = None, cuda_root: Path | None = None,
+                      forbidden_paths: list[str] | None = None, twine: bool = True,
+                      memo_dir: Path | None = None) -> Verdict:
+    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
     from . import fetch, inputs, oeqpy, stable
     from .files import default_cache
-    ob = p.oeq_binary
     v = Verdict(wheel)
     opened = _open(wheel, v)
     if opened is None:
         return v
     name, version, tag, files = opened
-    want_version = ob.version(p.oeq.version)
-    if name != "openequivariance" or version != want_version:
-        v.problems.append(f"wheel is {name} {version}, pins build openequivariance {want_version}")
+    ob = line or line_of(version, p)
+    want = [l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)]
+    if name != "openequivariance" or ob is None or version != ob.version(p.oeq.version):
+        v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
         return v
+    want_version = ob.version(p.oeq.version)
     cp = tag.interpreter
     py_version = f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) else None
     if py_version not in ob.pythons or tag.abi != cp:
@@ -419,12 +427,12 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
     _wheel_file(v, files, info, tag, purelib=False)
     try:
         record = OeqBuild.from_json(files.get(f"{info}/{OEQ_BUILD_FILE}", b"").decode(errors="replace"))
-        v.problems += build_record_problems(record, p, tag, files)
+        v.problems += build_record_problems(record, p, ob, tag, files)
     except ManifestError as exc:
         v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
     needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
         | {pins_mod.DRIVER_SONAME}
-    oldest = {s: (cuda_root / "nvidia" / f"cu{ob.cuda_major}" / "lib" / s) for s in ob.cuda_sonames()}
+    oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
     for arc in (module, aoti):
         data = files.get(arc)
         if data is None:
@@ -438,8 +446,13 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, sdist_root: Path | None 
     return v
 
 
-def build_record_problems(r: OeqBuild, p: pins_mod.Pins, tag, files: dict) -> list[str]:
-    ob = p.oeq_binary
+def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:
+    """Where the line's NVIDIA wheels hold soname (in the layout's first directory if none does)."""
+    dirs = [cuda_root / d for d in cudaflags.layout_lib_dirs(cuda_major)]
+    return next((d / soname for d in dirs if (d / soname).exists()), dirs[0] / soname)
+
+
+def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict) -> list[str]:
     entry = as_tuple = _file_entry
     want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
             "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),

@@ -42,20 +42,32 @@ def fresh_object_cache(tmp_path_factory, cache) -> Path:
 
 @pytest.fixture(scope="session")
 def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
-    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds cp311_oeq_wheel)."""
+    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds both OEq lines' cp311 wheels)."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
     assert not failures, failures
-    assert len(rows) == 2
+    assert len(rows) == 1 + len(pins_mod.load().oeq_lines)
     (whl,) = out.glob("*.whl")
+    return whl
+
+
+def oeq_wheel_of(outdir: Path, line: str) -> Path:
+    """The one binary openequivariance wheel of an OEq line (cu130, cu128) in outdir's OUTDIR-extra."""
+    version = pins_mod.load().oeq_line(line).version("0.7.0")
+    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-*.whl")
     return whl
 
 
 @pytest.fixture(scope="session")
 def cp311_oeq_wheel(cp311_wheel) -> Path:
-    """The binary openequivariance wheel for CPython 3.11, built beside cp311_wheel (in OUTDIR-extra)."""
-    (whl,) = extra_dir(cp311_wheel.parent).glob("openequivariance-*.whl")
-    return whl
+    """The CUDA 13 line's binary openequivariance wheel for CPython 3.11, built beside cp311_wheel."""
+    return oeq_wheel_of(cp311_wheel.parent, "cu130")
+
+
+@pytest.fixture(scope="session")
+def cp311_oeq_cu12_wheel(cp311_wheel) -> Path:
+    """The CUDA 12 line's binary openequivariance wheel for CPython 3.11, built beside cp311_wheel."""
+    return oeq_wheel_of(cp311_wheel.parent, "cu128")
 
 
 @pytest.fixture(scope="session")

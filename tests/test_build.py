@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_wheel_contents_and_metadata(cp311_wheel):
-    assert cp311_wheel.name == "fastmace_oeq_ext-0.7.0.post2-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert cp311_wheel.name == "fastmace_oeq_ext-0.7.0.post3-cp311-cp311-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(cp311_wheel) as zf:
         names = set(zf.namelist())
-        meta = zf.read("fastmace_oeq_ext-0.7.0.post2.dist-info/METADATA").decode()
+        meta = zf.read("fastmace_oeq_ext-0.7.0.post3.dist-info/METADATA").decode()
         manifest = Manifest.from_json(zf.read("fastmace_oeq_ext/manifest.json").decode())
         lib = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")
         compiler = zf.read("fastmace_oeq_ext/BUILD_COMPILER.txt").decode()
@@ -30,7 +30,8 @@ def test_wheel_contents_and_metadata(cp311_wheel):
     assert "Requires-Dist: torch==2.14.1" in meta and "Requires-Dist: openequivariance==0.7.0" in meta
     assert "Requires-Python: ==3.11.*" in meta and "License-Expression: MIT AND BSD-3-Clause" in meta
     # The PyPI page: an install line (and how to get OEq without a compiler), links to the project's sources.
-    assert "\n    pip install fastmace-oeq-ext\n" in meta and "--extra-index-url" in meta
+    pins = P.load()
+    assert f"\n    pip install fastmace-oeq-ext --extra-index-url {pins.index_url('cu130')}\n" in meta
     assert "Project-URL: OpenEquivariance, https://github.com/PASSIONLab/OpenEquivariance" in meta
     assert manifest.library_sha256 == hashlib.sha256(lib).hexdigest()
     assert (manifest.torch_version, manifest.torch_local, manifest.cuda, manifest.cxx11_abi) == ("2.14.1", "cu130", "13.0", 1)
@@ -163,7 +164,7 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fre
     r = run_cli("build", "--python", "3.11,3.12", str(out), env=env)
     assert r.returncode == 1, r.stderr
     assert "[fastmace-oeq-ext cp312] FAILED" in r.stderr and "injected failure" in r.stderr
-    assert "[openequivariance cp312] FAILED" in r.stderr
+    assert all(f"[openequivariance {line.name} cp312] FAILED" in r.stderr for line in P.load().oeq_lines)
     assert sorted(p.name for p in out.glob("*.whl")) == [cp311_wheel.name]
     assert sorted(p.name for p in extra_dir(out).glob("*.whl")) == \
         [p.name for p in extra_dir(cp311_wheel.parent).glob("*.whl")]

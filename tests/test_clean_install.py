@@ -32,5 +32,5 @@ def test_clean_install_passes_with_compilers_removed(cp311_wheel):
                        capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post2," in out
+    assert "doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post3," in out
     assert "PASS: prebuilt host extension, no compiler or build tool called" in out

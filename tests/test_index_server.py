@@ -13,7 +13,7 @@ import pytest
 from passlib.apache import HtpasswdFile
 
 from conftest import REPO
-from oeq_wheels import build, installmatrix, pins as P, release
+from oeq_wheels import build, hosts, installmatrix, pins as P, release, site
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -101,13 +101,12 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, server
     assert r.returncode == 0 and PASSWORD not in r.stdout + r.stderr, r.stdout + r.stderr
     # A user's plain install: fastmace-oeq-ext from the server, torch and the rest from the registry,
     # the binary openequivariance from our index; compilers replaced by sentinels; then the doctor.
-    simple = release.write_index_for(extra_dir(release_set))
-    oeq_index = installmatrix.serve(extra_dir(release_set))
-    try:
-        src = ["--extra-index-url", f"http://127.0.0.1:{oeq_index.server_address[1]}/{simple.name}/",
-               "--extra-index-url", url + "simple/"]
-        case = installmatrix.run_case(installmatrix.Case(installmatrix.FASTMACE_TORCH, "pip"), P.load(), src,
-                                      installmatrix.pythons.find("3.11").executable, False, print)
-    finally:
-        oeq_index.shutdown()
+    pins = P.load()
+    site_dir = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(release_set), pins), pins)
+    with hosts.pages(site_dir, "oeq-wheels") as base:
+        args = ["torch==" + installmatrix.FASTMACE_TORCH, pins.package_name,
+                "--extra-index-url", base + "cu130/simple/", "--extra-index-url", url + "simple/"]
+        case = installmatrix.run_case(installmatrix.Case(installmatrix.FASTMACE_TORCH, "pip", pins.oeq_binary),
+                                      pins, args, installmatrix.pythons.find("3.11").executable, False, print,
+                                      with_fastmace=True)
     assert case.ok, case.result  # judged with the doctor's first line: "OpenEquivariance precompiled ..."

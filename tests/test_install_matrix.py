@@ -1,7 +1,9 @@
 """The plain-install check: `pip install torch==2.14.1 fastmace-oeq-ext` with every compiler gone.
 
-.ci/run keeps the uv case here (FastMACE's torch) and the pip case in test_index_server.py (with
-fastmace-oeq-ext from a real index server); `make install-matrix` runs every torch with pip and uv.
+.ci/run keeps the uv case here (FastMACE's torch) with the mixed pair (the cu128 index beside a CUDA 13
+torch: refused in one line), and the pip case in test_index_server.py (fastmace-oeq-ext from a real
+index server) and test_rehearse.py (README's line); `make install-matrix` runs every line's torches
+with pip and uv.
 """
 import pytest
 
@@ -12,13 +14,13 @@ pytestmark = pytest.mark.slow
 
 def test_judge_refuses_each_way_of_not_getting_our_binary():
     pins = P.load()
-    case = installmatrix.Case("2.14.1", "pip")
+    case = installmatrix.Case("2.14.1", "pip", pins.oeq_binary)
     good = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": pins.oeq_binary.version("0.7.0"),
             "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
     ok_doctor = (0, "host extension: OpenEquivariance precompiled (x); no compiler needed\n")
     assert installmatrix.judge(case, good, ok_doctor, "", pins) == []
     for change, words in [({"torch": "2.13.0+cpu", "cuda": None}, "not a CUDA 13 build"),
-                          ({"oeq_version": "0.7.0"}, "not our binary wheel"),
+                          ({"oeq_version": "0.7.0"}, "not our cu130 binary wheel"),
                           ({"precompiled": False, "error": "no .so"}, "did not load its precompiled"),
                           ({"ops": []}, "operators missing")]:
         why = installmatrix.judge(case, {**good, **change}, ok_doctor, "", pins)
@@ -28,6 +30,41 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
 
 
-def test_plain_uv_install_needs_no_compiler(cp311_wheel, cp311_oeq_wheel):
+    cu12 = installmatrix.Case("2.10.0", "pip", pins.oeq_line("cu128"))
+    assert installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu128", "cuda": "12.8",
+                                      "oeq_version": "0.7.0+oeqwheels.cu12.8"}, None, "", pins) == []
+    assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu130",
+                                                                             "oeq_version": "0.7.0+oeqwheels.cu12.8"},
+                                                                        None, "", pins))
+
+
+def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build():
+    pins = P.load()
+    mix = installmatrix.Case("2.14.1", "uv", pins.oeq_line("cu128"), mix=True)
+    seen = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": "0.7.0+oeqwheels.cu12.8", "precompiled": True,
+            "built": False, "error": "libcudart.so.12: cannot open shared object file", "ops": []}
+    refused = (1, "host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8 is built for CUDA 12, ...\n")
+    assert installmatrix.judge(mix, seen, refused, "", pins) == []
+    assert installmatrix.judge(mix, {**seen, "built": True}, refused, "", pins)  # it must not load
+    assert installmatrix.judge(mix, seen, (0, "host extension: OpenEquivariance precompiled (x)"), "", pins)
+    assert installmatrix.judge(mix, seen, refused, "g++ -c jit.cpp", pins)  # nor build anything
+
+
+def test_the_plan_covers_every_line_and_the_mix():
+    pins = P.load()
+    cases = installmatrix.plan(pins, None, ["pip", "uv"])
+    got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
+    assert ("2.10.0", "cu128", "uv", False) in got and ("2.15.0", "cu130", "pip", False) in got
+    assert ("2.14.1", "cu128", "pip", True) in got
+    assert len(cases) == 2 * sum(len(l.tested_torch) for l in pins.oeq_lines) + 1
+    with pytest.raises(installmatrix.UsageError, match="no OEq line is tested on it"):
+        installmatrix.plan(pins, ["2.9.0"], ["pip"])
+
+
+def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, cp311_oeq_wheel,
+                                                                   cp311_oeq_cu12_wheel, capsys):
     # uv, a fresh venv, compilers replaced by sentinels before the install; raises on any failure.
     assert installmatrix.run(cp311_wheel.parent, ["2.14.1"], ["uv"], "3.11") == 0
+    table = capsys.readouterr().out
+    assert "cu128 (mix)" in table and "refused: host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8" \
+        in table

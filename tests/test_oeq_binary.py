@@ -90,13 +90,12 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
     assert any("torch_min" in p for p in repack(lower_floor))
 
 
-def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path):
-    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda).
-
-    The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
+def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
+    """OEq from `wheel` (first on PYTHONPATH) in a torch 2.14.1 venv (CPU, stub libcuda), compilers replaced by
+    sentinels: activate(), import OEq's extlib, then the doctor. Returns (result, doctor)."""
     sbin, log = sentinels
     site = tmp_path / "site"
-    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+    with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     from oeq_wheels import stub
     stub_dir = stub.stub_for_library(site / EXTLIB / "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so",
@@ -104,20 +103,64 @@ def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "FASTMACE_OEQ_PREBUILT")}
     env.update(PYTHONPATH=f"{site}{os.pathsep}{RUNTIME}", LD_LIBRARY_PATH=str(stub_dir),
                PATH=f"{sbin}{os.pathsep}{env['PATH']}", TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
-    code = ("import json, torch, fastmace_oeq_ext as f; st = f.activate()\n"
+    code = ("import json, torch, fastmace_oeq_ext as f\n"
+            "try:\n    st = f.activate()\nexcept RuntimeError as e:\n    st = {'error': str(e)}\n"
             "from openequivariance._torch import extlib\n"
             "print('R ' + json.dumps({'torch': torch.__version__, 'pre': extlib.USE_PRECOMPILED_EXTENSION,"
-            " 'built': extlib.BUILT_EXTENSION, 'file': extlib.extension_module.__file__, 'status': st,"
+            " 'built': extlib.BUILT_EXTENSION, 'error': str(extlib.BUILT_EXTENSION_ERROR),"
+            " 'file': getattr(extlib.extension_module, '__file__', None), 'status': st,"
             " 'ops': hasattr(torch.ops.libtorch_tp_jit, 'jit_conv_forward')}))")
-    r = subprocess.run([str(oeq_venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     res = json.loads([l for l in r.stdout.splitlines() if l.startswith("R ")][-1][2:]) if "R " in r.stdout else None
     assert res, r.stderr[-3000:]
+    assert not log.exists() and not (tmp_path / "ext").exists()  # nothing was compiled, nothing tried to
+    d = subprocess.run([str(venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    return res, d, site
+
+
+def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path):
+    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda).
+
+    The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
+    res, d, site = run_in_torch_venv(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path)
     assert res["torch"].startswith("2.14.1") and res["pre"] and res["built"] and res["ops"]
     assert res["file"].startswith(str(site)) and res["status"]["state"] == "oeq-precompiled"
-    assert not log.exists() and not (tmp_path / "ext").exists()
-    d = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], env=env, capture_output=True,
-                       text=True, cwd=tmp_path)
     assert d.returncode == 0 and d.stdout.startswith(
         f"host extension: OpenEquivariance precompiled ({site / EXTLIB}/oeq_stable_cuda."), d.stdout
     assert d.stdout.splitlines()[0].endswith("; no compiler needed")
+
+
+def test_the_cuda12_line_beside_a_cuda13_torch_is_refused_in_one_line(cp311_oeq_cu12_wheel, oeq_venv, sentinels,
+                                                                        tmp_path):
+    """The mix a user gets from the wrong index: OEq tries the library, cannot load it, builds nothing; the
+    runtime and the doctor say why in one line, with the command that installs the right line."""
+    res, d, _site = run_in_torch_venv(cp311_oeq_cu12_wheel, oeq_venv, sentinels, tmp_path)
+    assert res["torch"].startswith("2.14.1") and res["pre"] and not res["built"] and not res["ops"]
+    assert "libcudart.so.12" in res["error"]  # OEq's own message: the CUDA 12 runtime is not there
+    why = res["status"]["error"]
+    assert "openequivariance 0.7.0+oeqwheels.cu12.8 is built for CUDA 12, torch 2.14.1" in why and "\n" not in why
+    assert "--extra-index-url" in why and "/cu130/simple/" in why
+    lines = d.stdout.splitlines()
+    assert d.returncode == 1 and lines[0] == f"host extension: unusable; {why}", d.stdout
+
+
+def test_the_cuda12_line_links_the_cuda12_wheels_and_passes_the_gate(cp311_oeq_cu12_wheel):
+    cu12 = P.load().oeq_line("cu128")
+    with zipfile.ZipFile(cp311_oeq_cu12_wheel) as zf:
+        record = OeqBuild.from_json(zf.read(f"openequivariance-{cu12.version('0.7.0')}.dist-info/"
+                                            f"{OEQ_BUILD_FILE}").decode())
+        for name in ("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", "liboeq_stable_cuda_aoti.so"):
+            data = zf.read(EXTLIB + name)
+            facts = verify.elf_facts(data)
+            assert facts["runpath"] == cu12.runpath()
+            assert {"libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12", "libcuda.so.1"} <= set(facts["needed"])
+            assert not {"libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13"} & set(facts["needed"])
+            needs = verify.dynamic_symbols(data, defined=False)
+            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
+            assert {v for _, v in needs} >= set(cu12.cuda_sonames())
+    assert (record.torch_min, record.cuda_major, record.built_against.version) == ("2.10", "12", "2.10.0")
+    assert record.built_against.file.startswith("torch-2.10.0-3-cp312")
+    r = run_cli("verify", str(cp311_oeq_cu12_wheel))
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr

@@ -9,7 +9,7 @@ def test_release_matrix_pins_all_pythons_and_hashes():
     pins = P.load()
     assert pins.matrix.name == "torch-2.14.1"
     assert pins.matrix.pythons == ("3.10", "3.11", "3.12", "3.13")
-    assert pins.version == "0.7.0.post2"
+    assert pins.version == "0.7.0.post3"
     items = pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons])
     assert len(items) == 2 + len(pins.matrix.nvidia) + 4
     for item in items:
@@ -22,7 +22,7 @@ def test_release_matrix_pins_all_pythons_and_hashes():
 def test_override_matrix_is_not_a_release_version():
     pins = P.load("torch-2.11.0")
     assert pins.matrix.torch_version == "2.11.0"
-    assert pins.version == "0.7.0.post2+torch2.11.0"  # PyPI refuses local versions
+    assert pins.version == P.load().base_version + "+torch2.11.0"  # PyPI refuses local versions
     assert {n.name: n.version for n in pins.matrix.nvidia}["nvidia-cublas"] == "13.1.0.3"
 
 
@@ -47,10 +47,44 @@ def test_matrices_share_nvidia_entries_and_names_follow_from_the_pins():
     assert a.library_file == "libtorch_tp_jit.so" and a.runpath() == "$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib"
     assert a.cuda_needed == {"libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcuda.so.1"}
     ob = a.oeq_binary
+    assert ob is a.oeq_line("cu130") and ob.cuda_major == "13"
     assert ob.runpath() == "$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cu13/lib"
     assert ob.version("0.7.0").startswith("0.7.0+") and ob.torch.version == "2.11.0"
     # The oldest NVIDIA wheels any supported torch pins: cuBLAS 13.1.0.3 is torch 2.11.0's.
     assert {n.name: n.version for n in ob.nvidia}["nvidia-cublas"] == "13.1.0.3"
+
+
+def test_the_cuda12_line_is_a_pins_table_over_torch_2_10_and_its_cu12_wheels():
+    pins = P.load()
+    assert [l.name for l in pins.oeq_lines] == ["cu130", "cu128"]  # newest CUDA first
+    cu12 = pins.oeq_line("cu128")
+    assert cu12.version("0.7.0") == "0.7.0+oeqwheels.cu12.8" and cu12.cuda_major == "12"
+    assert (cu12.torch.version, cu12.torch_local, cu12.torch_min) == ("2.10.0", "cu128", "2.10")
+    assert cu12.cuda_sonames() == ("libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12")
+    assert cu12.runpath() == ("$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cuda_runtime/lib:"
+                              "$ORIGIN/../../../nvidia/cuda_nvrtc/lib:$ORIGIN/../../../nvidia/cublas/lib")
+    # Exactly torch 2.10.0's pins for what it links (its METADATA: runtime 12.8.90, nvrtc 12.8.93, cublas 12.8.4.1).
+    assert {n.name: n.version for n in cu12.nvidia if n.libs} == {
+        "nvidia-cuda-runtime-cu12": "12.8.90", "nvidia-cuda-nvrtc-cu12": "12.8.93", "nvidia-cublas-cu12": "12.8.4.1"}
+    assert set(cu12.pythons) == set(pins.oeq_binary.pythons)
+    assert pins.oeq_binary_inputs()[0] == pins.oeq and len(set(pins.oeq_binary_inputs())) == len(pins.oeq_binary_inputs())
+    with pytest.raises(P.PinsError, match="serves an OEq line only"):
+        P.load("torch-2.10.0")  # no fastmace-oeq-ext build for CUDA 12
+    with pytest.raises(P.PinsError, match="no OEq line 'cu999'"):
+        pins.oeq_line("cu999")
+
+
+def test_the_public_address_is_one_setting_and_everything_derives_from_it(tmp_path):
+    pins = P.load()
+    owner, name = pins.repository.split("/")
+    assert pins.site_url == f"https://{owner.lower()}.github.io/{name}/"
+    assert pins.index_url("cu130") == pins.site_url + "cu130/simple/"
+    assert dict(pins.project_urls)["Source"] == f"https://github.com/{pins.repository}"
+    assert dict(pins.project_urls)["Binary index"] == pins.site_url
+    text = P.PINS_FILE.read_text().replace(f'repository = "{pins.repository}"', 'repository = "not a repo"')
+    (tmp_path / "pins.toml").write_text(text)
+    with pytest.raises(P.PinsError, match=r"repository = 'not a repo' .* is not owner/name on GitHub"):
+        P.load(path=tmp_path / "pins.toml")
 
 
 def test_a_dangling_nvidia_reference_is_a_clear_error(tmp_path):

@@ -1,4 +1,4 @@
-"""Publish gate, SHA256SUMS and the PEP 503 index over real built wheels."""
+"""Publish gate, SHA256SUMS, the tag and repository checks, over real built wheels."""
 import dataclasses
 import hashlib
 import os
@@ -20,64 +20,71 @@ def only_cp311(pins):
     return dataclasses.replace(pins, matrix=dataclasses.replace(pins.matrix, pythons=("3.11",)))
 
 
-def release_dir(tmp_path, wheel, oeq_wheel):
-    """A build's output as the release sees it: OUTDIR and OUTDIR-extra."""
+def release_dir(tmp_path, wheel, oeq_wheels):
+    """A build's output as the release sees it: OUTDIR and OUTDIR-extra (oeq_wheels: a list, or one wheel)."""
     out = tmp_path / "dist"
     out.mkdir(parents=True)
     extra_dir(out).mkdir()
     if wheel is not None:
         shutil.copy(wheel, out)
-    if oeq_wheel is not None:
-        shutil.copy(oeq_wheel, extra_dir(out))
+    for w in oeq_wheels if isinstance(oeq_wheels, list) else [oeq_wheels] if oeq_wheels else []:
+        shutil.copy(w, extra_dir(out))
     return out
 
 
-def test_incomplete_set_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+@pytest.fixture
+def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel):
+    """Every OEq line's cp311 wheel: the complete OEq set of the cp311 pins."""
+    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel]
+
+
+def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
+    out = release_dir(tmp_path, cp311_wheel, oeq_set)
     with pytest.raises(release.ReleaseError, match=r"incomplete fastmace-oeq-ext set: no wheel for cp310, cp312, cp313"):
         release.publish(out, None, True, P.load())
     assert not (extra_dir(out) / "SHA256SUMS").exists()
-    out2 = release_dir(tmp_path / "b", cp311_wheel, None)
-    with pytest.raises(release.ReleaseError, match=r"incomplete openequivariance set: no wheel for cp311"):
+    out2 = release_dir(tmp_path / "b", cp311_wheel, oeq_set[:1])  # the CUDA 12 line is missing
+    with pytest.raises(release.ReleaseError, match=r"incomplete openequivariance cu128 set: no wheel for cp311"):
         release.publish(out2, None, True, only_cp311(P.load()))
 
 
-def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, oeq_set)
     assert release.publish(out, None, True, only_cp311(P.load())) == 0
     sums = (extra_dir(out) / "SHA256SUMS").read_text()
-    for w in (cp311_wheel, cp311_oeq_wheel):
+    for w in (cp311_wheel, *oeq_set):
         assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
     r = subprocess.run(["sha256sum", "-c", str(extra_dir(out) / "SHA256SUMS")], cwd=extra_dir(out),
                        capture_output=True, text=True)
-    assert ": OK" in r.stdout  # the OEq wheel sits beside SHA256SUMS
+    assert r.stdout.count(": OK") == 2  # the OEq wheels sit beside SHA256SUMS
     printed = capsys.readouterr().out
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
-    assert "1 openequivariance wheel(s) go to the GitHub release" in printed
+    assert "2 openequivariance wheel(s) go to the GitHub release" in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
-    release.write_index(out, only_cp311(P.load()))
-    # The owner's conventional commands work on OUTDIR after build, publish --dry-run and index.
+    from oeq_wheels import site
+    site.write_site(extra_dir(out) / "site", site.from_outdir(extra_dir(out), P.load()), P.load())
+    # The owner's conventional commands work on OUTDIR after build, publish --dry-run and the site.
     r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, out.iterdir())],
                        capture_output=True, text=True)
     assert r.returncode == 0 and sorted(p.name for p in out.iterdir()) == [cp311_wheel.name], r.stdout + r.stderr
 
 
-def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
+def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel, oeq_set, tmp_path):
     from wheel.wheelfile import WheelFile
     unpacked = tmp_path / "u"
     with zipfile.ZipFile(cp311_wheel) as zf:
         zf.extractall(unpacked)
     lib = unpacked / "fastmace_oeq_ext" / "libtorch_tp_jit.so"
     lib.write_bytes(lib.read_bytes() + b"\0")  # RECORD rewritten, manifest left as it was
-    out = release_dir(tmp_path, None, cp311_oeq_wheel)
+    out = release_dir(tmp_path, None, oeq_set)
     with WheelFile(out / cp311_wheel.name, "w") as wf:
         wf.write_files(str(unpacked))
     with pytest.raises(release.ReleaseError, match="failed verification"):
         release.publish(out, None, True, only_cp311(P.load()))
 
 
-def test_tampered_wheel_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
-    out = release_dir(tmp_path, None, cp311_oeq_wheel)
+def test_tampered_wheel_is_refused(cp311_wheel, oeq_set, tmp_path):
+    out = release_dir(tmp_path, None, oeq_set)
     bad = out / cp311_wheel.name
     with zipfile.ZipFile(cp311_wheel) as zin, zipfile.ZipFile(bad, "w") as zout:
         for info in zin.infolist():
@@ -87,8 +94,8 @@ def test_tampered_wheel_is_refused(cp311_wheel, cp311_oeq_wheel, tmp_path):
         release.publish(out, None, True, only_cp311(P.load()))
 
 
-def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, cp311_oeq_wheel, tmp_path, monkeypatch):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, tmp_path, monkeypatch):
+    out = release_dir(tmp_path, cp311_wheel, oeq_set)
     for k in [k for k in os.environ if k.startswith("TWINE_")]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
@@ -103,8 +110,8 @@ def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, cp311_oeq
         empty.shutdown()
 
 
-def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, oeq_set, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, oeq_set)
     with pytest.raises(release.ReleaseError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/.*--index-url"):
         release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/")
     assert "secret" not in capsys.readouterr().out
@@ -125,8 +132,8 @@ def test_upload_target_is_resolved_as_twine_does(tmp_path, monkeypatch):
         release.upload_target("nope", None)
 
 
-def test_dry_run_never_prints_a_password(cp311_wheel, cp311_oeq_wheel, tmp_path, capsys):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
+def test_dry_run_never_prints_a_password(cp311_wheel, oeq_set, tmp_path, capsys):
+    out = release_dir(tmp_path, cp311_wheel, oeq_set)
     release.publish(out, None, True, only_cp311(P.load()), repository_url="https://user:s3cret@example.invalid/x/")
     printed = capsys.readouterr().out
     assert "s3cret" not in printed and "https://user:***@example.invalid/x/" in printed
@@ -141,24 +148,6 @@ def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
     assert "garbage.whl is not a valid wheel file name" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_index_serves_the_binary_oeq_to_pip(cp311_wheel, cp311_oeq_wheel, tmp_path):
-    out = release_dir(tmp_path, cp311_wheel, cp311_oeq_wheel)
-    simple = release.write_index(out, only_cp311(P.load()))
-    assert simple == extra_dir(out) / "simple"
-    page = (simple / "openequivariance" / "index.html").read_text()
-    assert cp311_oeq_wheel.name in page and "#sha256=" in page
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env["PIP_CONFIG_FILE"] = os.devnull
-    dl = tmp_path / "dl"
-    # `openequivariance==0.7.0` is what fastmace-oeq-ext requires: the local rebuild satisfies it.
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
-                        "--index-url", simple.as_uri(), "-d", str(dl), "openequivariance==0.7.0"],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    assert (dl / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
-
-
 def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):
     """A second, independent build (other output directory, other object cache, later) is byte-identical."""
     other = tmp_path / "objects-cache"
@@ -170,6 +159,9 @@ def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_pa
     assert not failures
     assert (again / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
     assert (extra_dir(again) / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
+    cu12 = P.load().oeq_line("cu128").version("0.7.0")
+    (first,) = extra_dir(cp311_wheel.parent).glob(f"openequivariance-{cu12}-*.whl")
+    assert (extra_dir(again) / first.name).read_bytes() == first.read_bytes()
     report = (extra_dir(again) / "REPORT.md").read_text()
     assert cp311_wheel.name in report and cp311_oeq_wheel.name in report and P.load().oeq.sha256 in report
 
@@ -183,3 +175,14 @@ def test_release_tag_must_be_v_plus_the_pinned_version(tag, ok):
         assert r.returncode == 0 and "matches the pinned version" in r.stdout, r.stderr
     else:
         assert r.returncode == 2 and f"expected v{P.load().version}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_release_must_run_in_the_pinned_repository():
+    from conftest import run_cli
+    pins = P.load()
+    tag = "v" + pins.version
+    r = run_cli("check-tag", tag, "--repository", pins.repository.upper())  # GitHub names are case-blind
+    assert r.returncode == 0 and "is the pinned one" in r.stdout, r.stderr
+    r = run_cli("check-tag", tag, "--repository", "someone/fork")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "'someone/fork'" in r.stderr and pins.site_url in r.stderr and "[package] repository" in r.stderr

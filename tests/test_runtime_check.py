@@ -14,7 +14,7 @@ GOOD_ENV = {"torch_version": "2.14.1+cu130", "torch_cuda": "13.0", "cxx11_abi": 
 
 def make_manifest(lib_sha256: str, **change) -> Manifest:
     pin = Input("x", "1", "x-1.whl", "0" * 64)
-    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post2", oeq_version="0.7.0", oeq_sdist=pin,
+    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post3", oeq_version="0.7.0", oeq_sdist=pin,
                  torch_version="2.14.1", torch_local="cu130", cuda="13.0", cxx11_abi=1, torch_git_version="abc",
                  torch_wheel=pin, python_tag="cp311", python_built_with="3.11.7", platform_tag="manylinux_2_28_x86_64",
                  library="libtorch_tp_jit.so", library_sha256=lib_sha256, extension_name="libtorch_tp_jit",
@@ -135,6 +135,38 @@ def test_oeq_precompiled_comes_first(tmp_path, manifest):
     # FASTMACE_OEQ_PREBUILT=1 asks that nothing be compiled: OEq's own extension compiles nothing either.
     assert rt.resolve(env_with(tmp_path, oeq_extlib=extlib), environ={"FASTMACE_OEQ_PREBUILT": "1"},
                       manifest_path=manifest).chosen.name == "oeq-precompiled"
+
+
+def build_record(cuda_major: str, torch_min: str, version: str) -> str:
+    from fastmace_oeq_ext.manifest import FileHash, Input, OeqBuild
+    pin = Input("x", "1", "x.whl", "0" * 64)
+    return OeqBuild(package="openequivariance", version=version, oeq_sdist=pin, torch_min=torch_min,
+                    cuda_major=cuda_major, built_against=pin, python_tag="cp311", platform_tag="manylinux_2_28_x86_64",
+                    files=(FileHash("a.so", "0" * 64),), cuda_wheels=(pin,), nanobind=pin, compiler="g++").to_json()
+
+
+@pytest.mark.parametrize("torch, cuda, record, refused", [
+    ("2.14.1+cu130", "13.0", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), None),
+    ("2.10.0+cu128", "12.8", ("12", "2.10", "0.7.0+oeqwheels.cu12.8"), None),
+    ("2.14.1+cu130", "13.0", ("12", "2.10", "0.7.0+oeqwheels.cu12.8"), ("built for CUDA 12", "cu130")),
+    ("2.10.0+cu128", "12.8", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), ("built for torch >= 2.11", "cu128")),
+    ("2.12.1+cu128", "12.8", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), ("built for CUDA 13", "cu128")),
+])
+def test_a_binary_oeq_of_another_cuda_line_is_refused_in_one_line(tmp_path, manifest, torch, cuda, record, refused):
+    """The build record knows the line's CUDA: a mix is an error (OEq would load the library and fail), never a build."""
+    extlib = oeq_with_stable_extension(tmp_path)
+    env = env_with(tmp_path, oeq_extlib=extlib, torch_version=torch, torch_cuda=cuda, oeq_build=build_record(*record))
+    res = rt.resolve(env, environ={}, manifest_path=manifest)
+    if refused is None:
+        assert res.chosen.name == "oeq-precompiled" and res.error is None
+        return
+    assert res.chosen is None and [c.name for c in res.candidates] == ["oeq-precompiled"]
+    words, line = refused
+    assert res.error.startswith(f"openequivariance {record[2]} is {words}") and "\n" not in res.error
+    assert res.error.endswith(f"--extra-index-url <the binary index>/{line}/simple/")  # no fastmace-oeq-ext here
+    import importlib
+    text, extra, rc = importlib.import_module("fastmace_oeq_ext.doctor").verdict(res, env)
+    assert rc == 1 and text == f"host extension: unusable; {res.error}" and not extra
 
 
 @pytest.mark.parametrize("change, words", [

@@ -36,7 +36,7 @@ def test_every_third_party_action_is_pinned_by_sha():
     import re
     for wf in WORKFLOWS:
         for ref in re.findall(r"uses:\s*([^\s#]+)", wf.read_text()):
-            if ref.startswith("$/"):  # a workflow of this repository, at this very commit
+            if ref.startswith("./"):  # a workflow of this repository, at this very commit
                 continue
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{wf.name}: {ref}"
 
@@ -64,17 +64,18 @@ def test_the_linters_catch_a_bad_workflow(tmp_path):
     assert a.returncode != 0 and "runs-on" in a.stdout
 
 
-def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels_and_index():
+def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     text = (REPO / ".github" / "workflows" / "release.yml").read_text()
     build, rest = text.split("\n  publish-pypi:", 1)
     pypi, gh = rest.split("\n  github-release:", 1)
     # PyPI gets the `wheels` artifact, which holds dist/*.whl (fastmace-oeq-ext) only.
     assert "name: wheels\n          path: dist/*.whl" in build and "name: wheels" in pypi
     assert "oeq-wheels" not in pypi and "dist-extra" not in pypi
-    # The binary OEq wheels, SHA256SUMS and the index are built, kept and attached to the release.
-    assert "path: dist-extra/*.whl" in build and "make index" in build and "simple-index.tar.gz" in build
-    assert "make install-matrix" in build  # plain pip and uv installs before anything is published
-    assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/simple-index.tar.gz" in gh
+    # The binary OEq wheels and SHA256SUMS are built, kept and attached to the release.
+    assert "path: dist-extra/*.whl" in build and "dist-extra/SHA256SUMS" in build
+    assert "make install-matrix" in build and "2.10.0" in build  # both CUDA lines, before anything is published
+    assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
+    assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/SHA256SUMS" in gh
 
 
 def load(name: str) -> dict:
@@ -94,8 +95,9 @@ def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_i
     wf = load("release.yml")
     jobs = wf["jobs"]
     assert wf["concurrency"]["cancel-in-progress"] is False and "github.ref" in wf["concurrency"]["group"]
-    assert any("make check-tag" in step.get("run", "") for step in jobs["tag"]["steps"])
-    assert jobs["tests"]["uses"] == "$/.github/workflows/test.yml"  # the same tests, on this very commit
+    assert any("make check-tag" in step.get("run", "") and 'REPOSITORY="$GITHUB_REPOSITORY"' in step["run"]
+               for step in jobs["tag"]["steps"])
+    assert jobs["tests"]["uses"] == "./.github/workflows/test.yml"  # the same tests, on this very commit
     assert set(jobs["build"]["needs"]) == {"tag", "tests"}
     ci = jobs["clean-install"]
     assert ci["strategy"]["fail-fast"] is False
@@ -106,6 +108,22 @@ def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_i
     assert jobs["publish-pypi"]["steps"][-1]["with"]["skip-existing"] is True  # a re-run completes, never fails
     release = jobs["github-release"]["steps"][-1]["run"]
     assert "gh release view" in release and "--clobber" in release and "gh release create" in release
+
+
+def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_permissions():
+    jobs = load("release.yml")["jobs"]
+    pages = jobs["pages"]
+    assert pages["needs"] == "github-release"  # after the clean installs, PyPI and the release
+    assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert pages["environment"]["name"] == "github-pages"
+    assert all("pages" not in j.get("permissions", {}) and "id-token" not in j.get("permissions", {})
+               for name, j in jobs.items() if name not in ("pages", "publish-pypi"))
+    runs = " ".join(s.get("run", "") for s in pages["steps"])
+    assert "gh release download" in runs and "--pattern SHA256SUMS" in runs
+    assert "-m oeq_wheels site --out _site" in runs and '--release "$d"' in runs
+    uses = [s.get("uses", "") for s in pages["steps"]]
+    assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
+    assert uses[-1].startswith("actions/deploy-pages@")
 
 
 def test_tests_run_once_per_change_and_are_callable_by_the_release():

@@ -13,6 +13,9 @@ from pathlib import Path
 CU13_LIBS = ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13")
 CU12_COMPONENTS = (("cuda_runtime", "libcudart.so.12"), ("cuda_nvrtc", "libnvrtc.so.12"),
                    ("cublas", "libcublas.so.12"))
+# CUDA 12 header-only wheels, added when present: cccl (nv/target, which cuda_fp16.h includes) and
+# nvcc, whose include/crt/host_defines.h cuda_runtime_api.h includes (its headers only; nvcc never runs).
+CU12_HEADER_COMPONENTS = ("cuda_cccl", "cuda_nvcc")
 DRIVER_SONAME = "libcuda.so.1"
 DRIVER_DIRS = ("/usr/lib/wsl/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib64-nvidia",
                "/usr/local/nvidia/lib64", "/usr/lib")
@@ -44,6 +47,15 @@ def missing_cu13_parts(site_packages) -> list:
     """(file, wheel) pairs of the cu13 layout that are not installed under site_packages."""
     cu13 = Path(site_packages) / "nvidia" / "cu13"
     return [(f, dist) for f, dist in CU13_PARTS if not (cu13 / f).exists()]
+
+
+def layout_lib_dirs(cuda_major) -> list:
+    """Where a CUDA major's NVIDIA wheels put their libraries, relative to site-packages (for RUNPATHs)."""
+    if str(cuda_major) == "13":
+        return ["nvidia/cu13/lib"]
+    if str(cuda_major) == "12":
+        return [f"nvidia/{comp}/lib" for comp, _ in CU12_COMPONENTS]
+    raise ValueError(f"no NVIDIA wheel layout known for CUDA {cuda_major}")
 
 
 def find_driver_dir(env=None):
@@ -82,9 +94,8 @@ def wheel_build_flags(site_packages, driver_dir=None, require_driver=True):
             includes.append(str(base / "include"))
             lib_dirs.append(str(base / "lib"))
             sonames.append(soname)
-        cccl = sp / "nvidia" / "cuda_cccl" / "include"
-        if cccl.is_dir():
-            includes.append(str(cccl))
+        includes += [str(sp / "nvidia" / c / "include") for c in CU12_HEADER_COMPONENTS
+                     if (sp / "nvidia" / c / "include").is_dir()]
         layout = "cu12"
     driver = driver_dir if driver_dir is not None else find_driver_dir()
     if driver is None or not (Path(driver) / DRIVER_SONAME).exists():

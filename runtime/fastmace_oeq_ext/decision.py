@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import cudaflags
-from .manifest import FILE_NAME, Manifest, ManifestError
+from .manifest import FILE_NAME, OEQ_BUILD_FILE, Manifest, ManifestError, OeqBuild
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / FILE_NAME
@@ -133,6 +133,48 @@ def _oeq_extlib() -> Path | None:
     return Path(spec.origin).parent / "_torch" / "extlib"
 
 
+def _oeq_build_record() -> str | None:
+    """The build record of a binary openequivariance wheel of ours (its CUDA line), as text; None if none."""
+    try:
+        return metadata.distribution("openequivariance").read_text(OEQ_BUILD_FILE)
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+
+
+def binary_index_url() -> str | None:
+    """The binary OEq site, from fastmace-oeq-ext's Project-URL "Binary index" (None when not installed)."""
+    try:
+        urls = metadata.metadata("fastmace-oeq-ext").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    return next((u.split(",", 1)[1].strip() for u in urls if u.split(",", 1)[0].strip() == "Binary index"), None)
+
+
+def cuda_line(torch_cuda: str | None) -> str | None:
+    """The index line (cu130, cu128) that serves a torch of this CUDA version."""
+    parts = (torch_cuda or "").split(".")
+    return f"cu{parts[0]}{parts[1]}" if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]) else None
+
+
+def _line_mismatch(env: dict) -> str | None:
+    """Why the installed binary OEq cannot serve this torch (its CUDA line or torch floor); None if it can."""
+    text = env.get("oeq_build")
+    if not text or not env.get("torch_version"):
+        return None
+    try:
+        record = OeqBuild.from_json(text)
+    except ManifestError as exc:
+        return f"its build record is unreadable: {exc}"
+    why = record.serves(env.get("torch_version"), env.get("torch_cuda"))
+    if why is None:
+        return None
+    line = cuda_line(env.get("torch_cuda"))
+    site = binary_index_url() or "<the binary index>/"
+    fix = (f"; install the build for torch's CUDA: pip install --force-reinstall --no-deps "
+           f"openequivariance=={record.version.split('+')[0]} --extra-index-url {site}{line}/simple/") if line else ""
+    return f"openequivariance {record.version} is {why}{fix}"
+
+
 def cuda_home_guess(environ=None) -> str | None:
     """Where torch.utils.cpp_extension will look for CUDA, by its own rules (env, nvcc on PATH, /usr/local/cuda)."""
     environ = os.environ if environ is None else environ
@@ -158,6 +200,7 @@ def environment(environ=None) -> dict:
         "torch_version": build.get("__version__"), "torch_cuda": build.get("cuda"), "torch_hip": build.get("hip"),
         "torch_site": build.get("site"), "cxx11_abi": _torch_cxx11_abi(),
         "oeq_version": _dist_version("openequivariance"), "oeq_extlib": _oeq_extlib(),
+        "oeq_build": _oeq_build_record(),
         "oeq_jit_forced": environ.get("OEQ_JIT_EXTENSION", "0") == "1",
         "python_tag": f"cp{sys.version_info[0]}{sys.version_info[1]}",
         "system": platform.system(), "machine": platform.machine(),
@@ -225,6 +268,9 @@ def _oeq_precompiled(env: dict) -> Candidate:
         return Candidate(name, False, "OEQ_JIT_EXTENSION=1 makes OpenEquivariance build its JIT extension")
     if env.get("torch_hip"):
         return Candidate(name, False, "OpenEquivariance's precompiled extension is CUDA-only (torch is a HIP build)")
+    mismatch = _line_mismatch(env)
+    if mismatch:
+        return Candidate(name, False, mismatch)
     release = (env.get("torch_version") or "0.0").split("+")[0].split(".")[:2]
     try:
         release_t = tuple(int(x) for x in release)
@@ -262,6 +308,10 @@ def resolve(env: dict | None = None, environ=None, manifest_path: Path | None = 
     oeq = _oeq_precompiled(env)
     res.candidates.append(oeq)
     if oeq.taken:
+        return res
+    if _line_mismatch(env):
+        # OEq will load that library anyway (its file is there) and fail: nothing else can be used.
+        res.error = oeq.reason
         return res
     if res.mode == "never":
         res.candidates.append(Candidate("prebuilt", False, f"{ENV_PREBUILT}=0"))

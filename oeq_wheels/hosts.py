@@ -1,0 +1,181 @@
+"""Local stand-ins for the hosts a release goes through, with their rules (for the rehearsal and tests).
+
+- ReleaseHost: GitHub release assets. An uploaded file is stored under the name GitHub gives it
+  (site.release_asset_name), listed like the REST API's release object, and a download answers
+  302 to a second address (GitHub's object storage), as github.com/<o>/<r>/releases/download does.
+- Pages: GitHub Pages serving a project site under /<repository name>/: static files only, a
+  folder's index.html, a folder without its slash redirected, no content negotiation.
+- pypi_standin(): a real pypiserver holding OUTDIR's wheels (what the release uploads to PyPI)
+  that redirects every other project to PyPI, so that `pip install fastmace-oeq-ext ...` runs
+  unchanged before anything is uploaded.
+Every server binds 127.0.0.1 on a free port and stops with its context.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from .errors import OeqWheelsError
+from .site import release_asset_name
+
+
+class HostError(OeqWheelsError):
+    pass
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def _serving(handler):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def pages(site: Path, repo_name: str):
+    """Serve `site` as Pages serves a project site; yields the site's base URL (ending in /)."""
+    prefix = f"/{repo_name}/"
+
+    class Handler(_Quiet):
+        def send_head(self):
+            clean = urlsplit(self.path).path
+            if not (clean == prefix[:-1] or clean.startswith(prefix)):
+                self.send_error(404)  # outside the project site
+                return None
+            return super().send_head()
+
+        def translate_path(self, path):
+            return super().translate_path("/" + urlsplit(path).path[len(prefix):])
+
+    with _serving(functools.partial(Handler, directory=str(site))) as root:
+        yield f"{root}/{repo_name}/"
+
+
+class ReleaseHost:
+    """Release assets of one repository, renamed on upload and downloaded through a redirect."""
+
+    def __init__(self, storage: Path, repository: str):
+        self.storage, self.repository = storage, repository
+        self.storage.mkdir(parents=True, exist_ok=True)
+        self.api = self.downloads = ""
+
+    def upload(self, tag: str, files: list[Path]) -> list[str]:
+        """Attach files to the release `tag`; returns the names the host gave them."""
+        d = self.storage / tag
+        d.mkdir(parents=True, exist_ok=True)
+        names = []
+        for f in files:
+            name = release_asset_name(f.name)
+            shutil.copyfile(f, d / name)
+            names.append(name)
+        return names
+
+    @contextlib.contextmanager
+    def serving(self):
+        storage, repository = self.storage, self.repository
+
+        class Objects(_Quiet):  # the second address downloads are redirected to
+            pass
+
+        with _serving(functools.partial(Objects, directory=str(storage))) as objects:
+            class Front(_Quiet):
+                def do_GET(self):
+                    parts = unquote(urlsplit(self.path).path).strip("/").split("/")
+                    if parts[:4] == ["repos", *repository.split("/"), "releases"] and len(parts) == 6 \
+                            and parts[4] == "tags":
+                        return self._release(parts[5])
+                    if parts[:2] == repository.split("/") and parts[2:4] == ["releases", "download"] \
+                            and len(parts) == 6 and (storage / parts[4] / parts[5]).is_file():
+                        self.send_response(302)
+                        self.send_header("Location", f"{objects}/{quote(parts[4])}/{quote(parts[5])}")
+                        self.end_headers()
+                        return None
+                    self.send_error(404)
+                    return None
+
+                def _release(self, tag):
+                    d = storage / tag
+                    if not d.is_dir():
+                        self.send_error(404)
+                        return
+                    body = json.dumps({"tag_name": tag, "assets": [
+                        {"name": f.name, "size": f.stat().st_size,
+                         "browser_download_url": f"{front}/{repository}/releases/download/{tag}/{quote(f.name)}"}
+                        for f in sorted(d.iterdir())]}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+
+            with _serving(Front) as front:
+                self.api, self.downloads = front, objects
+                yield self
+
+    def download(self, tag: str, dest: Path) -> Path:
+        """What `gh release download TAG` does: every asset, by its (renamed) name, following the redirect."""
+        dest.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(f"{self.api}/repos/{self.repository}/releases/tags/{tag}", timeout=60) as r:
+            release = json.load(r)
+        for asset in release["assets"]:
+            with urllib.request.urlopen(asset["browser_download_url"], timeout=300) as r, \
+                    open(dest / asset["name"], "wb") as out:
+                shutil.copyfileobj(r, out)
+        return dest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def pypi_standin(packages: Path, log: Path, fallback: str = "https://pypi.org/simple/"):
+    """pypiserver over `packages`, redirecting every project it lacks to `fallback`; yields its simple URL."""
+    port = _free_port()
+    with open(log, "w") as out:
+        p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
+                              "-a", ".", "-P", ".", "--fallback-url", fallback, str(packages)],
+                             stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}/simple/"
+        try:
+            for _ in range(150):
+                try:
+                    urllib.request.urlopen(url, timeout=2).close()
+                    break
+                except (urllib.error.URLError, OSError):
+                    if p.poll() is not None:
+                        break
+                    time.sleep(0.2)
+            else:
+                raise HostError(f"pypiserver did not answer on {url}: {log.read_text()[-500:]}")
+            if p.poll() is not None:
+                raise HostError(f"pypiserver stopped: {log.read_text()[-500:]}")
+            yield url
+        finally:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -1,0 +1,244 @@
+"""The binary OpenEquivariance index as a static site: what GitHub Pages serves, one index per CUDA line.
+
+SITE/
+  index.html                               the install line of each CUDA line
+  .nojekyll                                Pages serves every file as it is
+  SHA256SUMS                               every file under files/
+  files/<wheel>                            each wheel under its exact file name ('+' included)
+  files/<wheel>.metadata                   its METADATA (PEP 658/714: resolvers read it, not the wheel)
+  <line>/simple/index.html                 PEP 503 project list (line: cu130, cu128)
+  <line>/simple/openequivariance/          PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
+  <line>/links.html                        a flat page for `--find-links`
+
+Why the wheels live on the site and not behind release-asset links: GitHub renames release
+assets whose names hold characters outside letters, digits, '.', '-' and '_' (the REST docs,
+"Upload a release asset": "GitHub renames asset filenames that have special characters,
+non-alphanumeric characters, and leading or trailing periods"; `+` becomes `.`), and pip and uv
+read a wheel's version from the file name in the link, so `0.7.0+oeqwheels.cu13.1` would turn
+into the invalid `0.7.0.oeqwheels.cu13.1`. Pages serves a file under the name it was given.
+
+A Pages deployment replaces the whole site, so the site is made from every release's assets
+(`--release DIR`, one per release, as `gh release download` saves them: renamed). The release's
+SHA256SUMS (a name the host keeps) gives each renamed asset its exact name back, by content.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from . import pins as pins_mod
+from .errors import UsageError
+from .files import sha256_file
+
+PROJECT = "openequivariance"
+
+
+class SiteError(UsageError):
+    pass
+
+
+def release_asset_name(name: str) -> str:
+    """The name GitHub gives a release asset: every character but letters, digits, '.', '-', '_' becomes '.',
+    and leading or trailing periods go (as documented above, and as observed: `a+b` -> `a.b`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", ".", name).strip(".")
+
+
+@dataclass(frozen=True)
+class Wheel:
+    path: Path
+    name: str       # the exact file name, as built
+    sha256: str
+
+
+def line_name(name: str, pins: pins_mod.Pins) -> str | None:
+    line = _line_of(name, pins)
+    return line.name if line else None
+
+
+def _line_of(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
+    """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...)."""
+    try:
+        project, version, _, _ = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return None
+    if canonicalize_name(project) != PROJECT or version.local is None:
+        return None
+    # A rebuild bumps the label's last number (cu13.1 -> cu13.2): the line is the label's CUDA part.
+    return next((l for l in pins.oeq_lines if str(version.local).startswith(l.local_version.rsplit(".", 1)[0] + ".")),
+                None)
+
+
+def _read_sums(path: Path) -> dict[str, str]:
+    """sha256 -> exact file name, from a `sha256sum` file."""
+    out = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        m = re.fullmatch(r"([0-9a-f]{64}) [ *](\S+)", line.strip())
+        if not m:
+            raise SiteError(f"{path}:{n} is not a sha256sum line; download that release's SHA256SUMS again")
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def from_release(directory: Path, pins: pins_mod.Pins) -> list[Wheel]:
+    """The OEq wheels of one release's downloaded assets, each under its exact name again."""
+    sums_file = directory / "SHA256SUMS"
+    if not sums_file.is_file():
+        raise SiteError(f"{directory} has no SHA256SUMS; download it with the release's wheels "
+                        "(gh release download TAG --pattern '*.whl' --pattern SHA256SUMS)")
+    sums = _read_sums(sums_file)
+    wanted = {h: n for h, n in sums.items() if _line_of(n, pins)}
+    found: dict[str, Wheel] = {}
+    for f in sorted(directory.iterdir()):
+        if f.name == "SHA256SUMS" or not f.is_file():
+            continue
+        digest = sha256_file(f)
+        name = wanted.get(digest)
+        if name is None:
+            continue  # fastmace-oeq-ext wheels and other assets: PyPI serves those
+        if f.name not in (name, release_asset_name(name)):
+            raise SiteError(f"{f} has the content of {name} but a name the release host would not give it "
+                            f"({release_asset_name(name)}); download the release's assets again")
+        found[digest] = Wheel(f, name, digest)
+    missing = sorted(n for h, n in wanted.items() if h not in found)
+    if missing:
+        raise SiteError(f"{directory}: SHA256SUMS lists {', '.join(missing)}, which no downloaded asset matches; "
+                        "download every .whl asset of that release")
+    return list(found.values())
+
+
+def from_outdir(extra: Path, pins: pins_mod.Pins) -> list[Wheel]:
+    """The OEq wheels of a build's OUTDIR-extra, under their own names."""
+    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if _line_of(w.name, pins)]
+
+
+def _merge(wheels: list[Wheel]) -> list[Wheel]:
+    """One wheel per file name; the same name with other content is refused (a released name never changes)."""
+    by_name: dict[str, Wheel] = {}
+    for w in wheels:
+        old = by_name.setdefault(w.name, w)
+        if old.sha256 != w.sha256:
+            raise SiteError(f"two different files are named {w.name} ({old.path} and {w.path}); a released file "
+                            "name never changes: bump the line's local_version in oeq_wheels/pins.toml and rebuild")
+    return sorted(by_name.values(), key=lambda w: w.name)
+
+
+def _metadata(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        if len(names) != 1:
+            raise SiteError(f"{wheel} has {len(names)} .dist-info/METADATA files; verify it (oeq-wheels verify)")
+        return zf.read(names[0])
+
+
+def _requires_python(name: str) -> str:
+    tag = next(iter(parse_wheel_filename(name)[3]))
+    digits = tag.interpreter[2:]
+    return f"=={digits[0]}.{digits[1:]}.*"
+
+
+def install_lines(pins: pins_mod.Pins, base: str | None = None) -> list[str]:
+    """The install commands README, the site's page and the PyPI description show (base: the site URL)."""
+    base = base or pins.site_url
+    out = []
+    for line in pins.oeq_lines:
+        url = f"{base}{line.name}/simple/"
+        if line.cuda_major == pins.matrix.cuda_major:
+            out.append(f"pip install {pins.package_name} --extra-index-url {url}")
+            out.append(f"pip install torch {PROJECT}=={pins.oeq.version} --extra-index-url {url}")
+        else:  # PyPI's plain `torch` is a CUDA 13 build: this line names its torch
+            tv = next(iter(line.tested_torch))
+            out.append(f"pip install torch=={tv} {PROJECT}=={pins.oeq.version} --extra-index-url {url}")
+    return out
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"pypi:repository-version\" "
+            f"content=\"1.1\"><title>{html.escape(title)}</title></head>\n<body>\n{body}</body></html>\n")
+
+
+def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: dict[str, bytes]) -> None:
+    simple = site / line.name / "simple"
+    proj = simple / PROJECT
+    proj.mkdir(parents=True)
+    files_rel = "../../../files/"   # from <line>/simple/openequivariance/
+    anchors, files_json = [], []
+    for w in wheels:
+        href = quote(w.name)  # '+' -> %2B: hosts that read '+' in a path as a space still find the file
+        md = hashlib.sha256(meta[w.name]).hexdigest()
+        rp = _requires_python(w.name)
+        anchors.append((href, w, md, rp))
+        files_json.append({"filename": w.name, "url": files_rel + href, "hashes": {"sha256": w.sha256},
+                           "requires-python": rp, "core-metadata": {"sha256": md},
+                           "dist-info-metadata": {"sha256": md}, "size": w.path.stat().st_size})
+    links = "".join(f'<a href="{html.escape(files_rel + href)}#sha256={w.sha256}" '
+                    f'data-requires-python="{html.escape(rp)}" data-core-metadata="sha256={md}" '
+                    f'data-dist-info-metadata="sha256={md}">{html.escape(w.name)}</a><br/>\n'
+                    for href, w, md, rp in anchors)
+    (proj / "index.html").write_text(_page(f"Links for {PROJECT}", f"<h1>Links for {PROJECT}</h1>\n{links}"))
+    versions = sorted({str(parse_wheel_filename(w.name)[1]) for w in wheels})
+    (proj / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": PROJECT,
+                                                 "versions": versions, "files": files_json}, indent=1) + "\n")
+    (simple / "index.html").write_text(_page("Simple index", f'<a href="{PROJECT}/">{PROJECT}</a><br/>\n'))
+    (simple / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"},
+                                                   "projects": [{"name": PROJECT}]}, indent=1) + "\n")
+    flat = "".join(f'<a href="../files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}</a><br/>\n'
+                   for href, w, _md, _rp in anchors)
+    (site / line.name / "links.html").write_text(_page(f"{PROJECT} wheels, {line.name}", flat))
+
+
+def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
+    rows = []
+    for line in pins.oeq_lines:
+        cmds = [c for c in install_lines(pins) if f"/{line.name}/simple/" in c]
+        rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
+                    f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}</h2>\n"
+                    + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)
+                    + f'<p><a href="{line.name}/simple/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
+                      f'<a href="{line.name}/links.html">flat page for --find-links</a></p>\n')
+    return _page(f"{PROJECT} binary wheels", "<h1>Binary OpenEquivariance wheels (no compiler needed)</h1>\n"
+                 + "".join(rows) + f'<p><a href="SHA256SUMS">SHA256SUMS</a> · '
+                 f'<a href="https://github.com/{html.escape(pins.repository)}">source</a></p>\n')
+
+
+def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
+    """Lay out the site in `site` (replaced whole, atomically); return it."""
+    wheels = _merge(wheels)
+    if not wheels:
+        raise SiteError("no openequivariance wheel to serve; build first (make wheels) or pass a release's assets")
+    site = Path(site)
+    site.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=site.parent, prefix=f".{site.name}."))
+    try:
+        files = tmp / "files"
+        files.mkdir()
+        meta = {}
+        for w in wheels:
+            shutil.copyfile(w.path, files / w.name)
+            meta[w.name] = _metadata(w.path)
+            (files / f"{w.name}.metadata").write_bytes(meta[w.name])
+        by_line = {l.name: [w for w in wheels if _line_of(w.name, pins) is l] for l in pins.oeq_lines}
+        for line in pins.oeq_lines:
+            _write_line(tmp, line, by_line[line.name], meta)
+        (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
+        (tmp / ".nojekyll").write_text("")
+        (tmp / "index.html").write_text(_landing(pins, {k: len(v) for k, v in by_line.items()}))
+        old = site.with_name(f".{site.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if site.exists():
+            site.rename(old)
+        tmp.rename(site)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return site

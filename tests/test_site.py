@@ -1,0 +1,131 @@
+"""The binary OEq index site: one PEP 503 index per CUDA line, laid out from a build or from release assets."""
+import hashlib
+import json
+import re
+import shutil
+
+import pytest
+
+from conftest import REPO, run_cli
+from oeq_wheels import assemble, pins as P, site
+from oeq_wheels.output import extra_dir
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name, hosted", [
+    ("openequivariance-0.7.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+     "openequivariance-0.7.0.oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("fastmace_oeq_ext-0.7.0.post3-cp311-cp311-manylinux_2_28_x86_64.whl",
+     "fastmace_oeq_ext-0.7.0.post3-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("SHA256SUMS", "SHA256SUMS"), ("a b~(c).whl", "a.b..c..whl"), (".hidden.", "hidden")])
+def test_the_release_hosts_renaming_rule(name, hosted):
+    assert site.release_asset_name(name) == hosted
+
+
+def built_site(tmp_path, cp311_wheel):
+    pins = P.load()
+    return site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins), pins
+
+
+def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, cp311_oeq_wheel,
+                                                                   cp311_oeq_cu12_wheel, tmp_path):
+    root, pins = built_site(tmp_path, cp311_wheel)
+    for line, wheel, other in (("cu130", cp311_oeq_wheel, cp311_oeq_cu12_wheel),
+                               ("cu128", cp311_oeq_cu12_wheel, cp311_oeq_wheel)):
+        page = (root / line / "simple" / "openequivariance" / "index.html").read_text()
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        href = "../../../files/" + wheel.name.replace("+", "%2B")
+        meta = (root / "files" / (wheel.name + ".metadata")).read_bytes()
+        md = hashlib.sha256(meta).hexdigest()
+        assert f'href="{href}#sha256={digest}"' in page and other.name not in page
+        assert f'data-core-metadata="sha256={md}"' in page and f'data-dist-info-metadata="sha256={md}"' in page
+        assert 'data-requires-python="==3.11.*"' in page
+        assert meta.startswith(b"Metadata-Version") and b"Version: " + P.load().oeq_line(line).version("0.7.0").encode() in meta
+        assert (root / "files" / wheel.name).read_bytes() == wheel.read_bytes()
+        # PEP 691 JSON: the same files, hashes and metadata hashes.
+        doc = json.loads((root / line / "simple" / "openequivariance" / "index.json").read_text())
+        assert doc["meta"]["api-version"] == "1.1" and doc["name"] == "openequivariance"
+        (f,) = doc["files"]
+        assert (f["filename"], f["url"], f["hashes"], f["core-metadata"]) == (wheel.name, href, {"sha256": digest},
+                                                                             {"sha256": md})
+        flat = (root / line / "links.html").read_text()
+        assert f'href="../files/{wheel.name.replace("+", "%2B")}#sha256={digest}"' in flat
+        assert '<a href="openequivariance/">' in (root / line / "simple" / "index.html").read_text()
+    sums = (root / "SHA256SUMS").read_text()
+    assert sums.count("\n") == 2 and (root / ".nojekyll").exists()
+    landing = (root / "index.html").read_text()
+    assert all(cmd in landing.replace("&amp;", "&") for cmd in site.install_lines(pins))
+    assert "R570" in landing and "R580" in landing
+
+
+def test_the_site_is_laid_out_again_from_renamed_release_assets(cp311_wheel, cp311_oeq_wheel, cp311_oeq_cu12_wheel,
+                                                                  tmp_path):
+    pins = P.load()
+    assets = tmp_path / "v1"
+    assets.mkdir()
+    wheels = [cp311_wheel, cp311_oeq_wheel, cp311_oeq_cu12_wheel]
+    (assets / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n"
+                                               for w in wheels))
+    for w in wheels:
+        shutil.copy(w, assets / site.release_asset_name(w.name))  # as GitHub stores and serves them
+    got = site.from_release(assets, pins)
+    assert sorted(w.name for w in got) == sorted([cp311_oeq_wheel.name, cp311_oeq_cu12_wheel.name])  # not fastmace
+    root = site.write_site(tmp_path / "site", got, pins)
+    assert (root / "files" / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
+    # The CLI the Pages job runs: several releases, one site; the same release twice is one file each.
+    r = run_cli("site", "--out", str(tmp_path / "cli-site"), "--release", str(assets), "--release", str(assets))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "cli-site" / "files").glob("*.whl")) == \
+        sorted([cp311_oeq_wheel.name, cp311_oeq_cu12_wheel.name])
+
+
+def test_bad_release_assets_are_one_line_each(cp311_oeq_wheel, tmp_path):
+    pins = P.load()
+    d = tmp_path / "rel"
+    d.mkdir()
+    shutil.copy(cp311_oeq_wheel, d / site.release_asset_name(cp311_oeq_wheel.name))
+    r = run_cli("site", "--out", str(tmp_path / "s"), "--release", str(d))
+    assert r.returncode == 2 and "has no SHA256SUMS" in r.stderr and "gh release download" in r.stderr
+    digest = hashlib.sha256(cp311_oeq_wheel.read_bytes()).hexdigest()
+    (d / "SHA256SUMS").write_text(f"{digest}  {cp311_oeq_wheel.name}\n{'0' * 64}  "
+                                  f"{cp311_oeq_wheel.name.replace('cp311', 'cp312')}\n")
+    with pytest.raises(site.SiteError, match="which no downloaded asset matches"):
+        site.from_release(d, pins)
+    (d / "SHA256SUMS").write_text("not a sum line\n")
+    with pytest.raises(site.SiteError, match="is not a sha256sum line"):
+        site.from_release(d, pins)
+    (d / "SHA256SUMS").write_text(f"{digest}  {cp311_oeq_wheel.name}\n")
+    (d / site.release_asset_name(cp311_oeq_wheel.name)).rename(d / "renamed-by-hand.whl")
+    with pytest.raises(site.SiteError, match="a name the release host would not give it"):
+        site.from_release(d, pins)
+    assert not (tmp_path / "s").exists()  # nothing half-written
+    r = run_cli("site")
+    assert r.returncode == 2 and "site needs OUTDIR or --release DIR" in r.stderr
+
+
+def test_the_same_name_with_other_bytes_is_refused(cp311_oeq_wheel, tmp_path):
+    pins = P.load()
+    other = tmp_path / "other" / cp311_oeq_wheel.name
+    other.parent.mkdir()
+    other.write_bytes(cp311_oeq_wheel.read_bytes() + b"\0")
+    wheels = [site.Wheel(cp311_oeq_wheel, cp311_oeq_wheel.name, "a" * 64), site.Wheel(other, other.name, "b" * 64)]
+    with pytest.raises(site.SiteError, match="a released file name never changes"):
+        site.write_site(tmp_path / "site", wheels, pins)
+    with pytest.raises(site.SiteError, match="no openequivariance wheel"):
+        site.write_site(tmp_path / "site", [], pins)
+    assert not (tmp_path / "site").exists()
+
+
+def test_readme_and_the_pypi_description_show_the_derived_install_lines():
+    pins = P.load()
+    lines = site.install_lines(pins)
+    readme = (REPO / "README.md").read_text()
+    assert all(f"\n{line}\n" in readme for line in lines), lines
+    from oeq_wheels.rehearse import readme_commands
+    assert readme_commands(pins) == lines  # the rehearsal runs exactly these
+    assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
+    meta = assemble.metadata_text(pins, "3.11")
+    assert f"    {lines[0]}\n" in meta
+    assert f"Project-URL: Binary index, {pins.site_url}" in meta
+    assert f"Project-URL: Source, https://github.com/{pins.repository}" in meta
