@@ -30,7 +30,11 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, compile as cc, fetch, inputs, pins as P, pythons, sentinels, stable, stub, venvs  # noqa: E402
+from oeq_wheels import build, fetch, inputs, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
+
+from oeq_wheels.ext import compile as cc
+
+from oeq_wheels.oeq import stable
 from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 

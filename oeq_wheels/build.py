@@ -17,7 +17,11 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
-from . import assemble, compile as cc, fetch, inputs, link, oeqpy, pins as pins_mod, pythons, stable, stub, verify
+from . import fetch, inputs, pins as pins_mod, pythons, stub, verify
+from .ext import assemble, compile as cc, link
+from .ext.verify import verify_wheel
+from .oeq import stable, wheel as oeqpy
+from .oeq.verify import verify_oeq_binary
 from .errors import OeqWheelsError, UsageError
 from .files import default_cache, sha256_file, sweep_stale
 from .output import extra_dir, place
@@ -171,7 +175,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
                                     oeq_license=lic, py_version=interp.version,
                                     tag=assemble.wheel_tag(tag, platform))
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        check = lambda w: verify.verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
+        check = lambda w: verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
                                               memo_dir=sh.verdicts)
         return _verify_and_place(tag, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins", outdir,
                                  force, platform, timings, interp)
@@ -236,7 +240,7 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
                                  tag=assemble.wheel_tag(tag, platform), purelib=False, extlib_files=libs,
                                  build_record=record.to_json())
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        check = lambda w: verify.verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
+        check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
                                                    memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
                                  "stable ABI", outdir, force, platform, timings, interp)

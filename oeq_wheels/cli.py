@@ -220,16 +220,11 @@ def _dispatch(args) -> int:
         _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs)
         return 1 if failures else 0
     if args.cmd == "verify":
-        from packaging.utils import canonicalize_name, parse_wheel_filename
-
-        from .verify import verify_oeq_binary, verify_wheel
+        from .verify import verify_any
+        pins = load(args.matrix) if args.matrix else None
         bad = 0
         for w in args.wheels:
-            try:
-                is_oeq = canonicalize_name(parse_wheel_filename(w.name)[0]) == "openequivariance"
-            except Exception:  # an invalid name: verify_wheel reports it
-                is_oeq = False
-            verdict = verify_oeq_binary(w, load(args.matrix)) if is_oeq else verify_wheel(w)
+            verdict = verify_any(w, pins)
             if verdict.ok:
                 print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
             else:
@@ -239,7 +234,7 @@ def _dispatch(args) -> int:
                     print(f"     - {p}")
         return 1 if bad else 0
     if args.cmd == "oeq-wheel":
-        from .oeqpy import build_pure
+        from .oeq.wheel import build_pure
         print(build_pure(load(), args.outdir, default_cache()))
         return 0
     if args.cmd == "stub":
@@ -247,17 +242,17 @@ def _dispatch(args) -> int:
         print(stub_for_library(args.library, args.outdir))
         return 0
     if args.cmd == "clean-install":
-        from .cleaninstall import run
+        from .release.cleaninstall import run
         return run(args.wheel_dir, args.python, default_cache(), args.keep)
     if args.cmd == "install-matrix":
-        from .installmatrix import run
+        from .release.installmatrix import run
         return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index)
     if args.cmd == "publish":
-        from .release import publish
+        from .release.publish import publish
         return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
                        args.index_url)
     if args.cmd == "site":
-        from . import site
+        from .release import site
         pins = load()
         if args.outdir is None and not args.release:
             raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
@@ -268,11 +263,10 @@ def _dispatch(args) -> int:
         print(site.write_site(out, wheels, pins))
         return 0
     if args.cmd == "rehearse":
-        from .rehearse import run
+        from .release.rehearse import run
         return run(args.outdir, args.installer, args.python, args.command, args.keep)
     if args.cmd == "check-tag":
-        from .release import check_tag
-        from .release import check_repository
+        from .release.publish import check_repository, check_tag
         pins = load(args.matrix)
         print(f"release tag {check_tag(args.tag, pins)} matches the pinned version")
         if args.repository is not None:

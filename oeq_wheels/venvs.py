@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import oeqpy, proc, pythons
+from . import proc, pythons
+from .oeq import wheel as oeqpy
 from .pins import Pins
 
 

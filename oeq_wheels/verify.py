@@ -1,12 +1,11 @@
-"""The gate: a wheel is checked on its own against the pins, whole.
+"""The gate's common part: what every wheel of ours is checked for, whichever the product.
 
-Both packages: RECORD, exactly the expected files (nothing else: no .pth, no path
-outside the package), METADATA equal to what the pins give, ELF facts (NEEDED,
-RUNPATH, stripped, no build-host paths), auditwheel's verdict on the platform tag,
-`twine check --strict`. fastmace-oeq-ext: every manifest field against the pins.
-openequivariance (binary): the package tree byte-equal to the pinned sdist's, the build
-record against the pins, torch reached only through its stable C ABI, and every
-versioned CUDA symbol present in the oldest NVIDIA wheels the pins allow.
+RECORD, exactly the expected files (nothing else: no .pth, no path outside the package),
+the WHEEL file, ELF facts (NEEDED, RUNPATH, stripped, no build-host paths), auditwheel's
+verdict on the platform tag, `twine check --strict`. The products add their own checks:
+oeq_wheels.ext.verify (fastmace-oeq-ext: every manifest field against the pins) and
+oeq_wheels.oeq.verify (binary openequivariance: the sdist's tree, the build record, the
+stable C ABI, every versioned CUDA symbol in its line's oldest wheels). verify_any() picks.
 """
 from __future__ import annotations
 
@@ -26,9 +25,6 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from wheel.wheelfile import WheelFile
-
-from fastmace_oeq_ext import cudaflags
-from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, OEQ_BUILD_FILE, Manifest, ManifestError, OeqBuild
 
 from . import pins as pins_mod, proc
 from .errors import OeqWheelsError
@@ -213,7 +209,7 @@ def default_forbidden_paths() -> list[str]:
 
 
 # ---------------------------------------------------------------- common wheel checks
-def _open(wheel: Path, v: Verdict):
+def open_wheel(wheel: Path, v: Verdict):
     """(name, version, tag, files) of a wheel, or None with the problem recorded."""
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
@@ -237,12 +233,18 @@ def _open(wheel: Path, v: Verdict):
     return canonicalize_name(name), str(version), next(iter(tags)), files
 
 
+def python_of(tag) -> str | None:
+    """'3.11' for a cp311-cp311 wheel tag; None for any other interpreter or ABI."""
+    cp = tag.interpreter
+    return f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) and tag.abi == cp else None
+
+
 def zip_infos(wheel: Path):
     with zipfile.ZipFile(wheel) as zf:
         return zf.infolist()
 
 
-def _accounted(v: Verdict, names: set[str], expected: set[str]) -> None:
+def accounted(v: Verdict, names: set[str], expected: set[str]) -> None:
     """Every file in the archive is one we expect, and every expected one is there."""
     extra, missing = sorted(names - expected), sorted(expected - names)
     if extra:
@@ -251,7 +253,7 @@ def _accounted(v: Verdict, names: set[str], expected: set[str]) -> None:
         v.problems.append(f"files missing from the wheel: {missing[:10]}")
 
 
-def _wheel_file(v: Verdict, files: dict, info: str, tag, purelib: bool) -> None:
+def check_wheel_file(v: Verdict, files: dict, info: str, tag, purelib: bool) -> None:
     want = "Wheel-Version: 1.0\nGenerator: "
     text = files.get(f"{info}/WHEEL", b"").decode(errors="replace")
     if not text.startswith(want) or f"Root-Is-Purelib: {'true' if purelib else 'false'}" not in text \
@@ -259,7 +261,7 @@ def _wheel_file(v: Verdict, files: dict, info: str, tag, purelib: bool) -> None:
         v.problems.append(f"{info}/WHEEL does not describe this wheel (tag {tag})")
 
 
-def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool, memo_dir: Path | None) -> None:
+def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool, memo_dir: Path | None) -> None:
     try:
         proven, problems = proven_tag(audit(wheel, memo_dir), external_ok(p))
         v.problems += problems
@@ -277,216 +279,18 @@ def _audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool
     v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
 
 
-def _pins_for_manifest(matrix: str, v: Verdict) -> pins_mod.Pins | None:
-    try:
-        return pins_mod.load(matrix)
-    except pins_mod.PinsError as exc:
-        v.problems.append(f"manifest names matrix {matrix!r}: {exc}")
-        return None
-
-
-# ---------------------------------------------------------------- fastmace-oeq-ext
-def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
-                 forbidden_paths: list[str] | None = None, twine: bool = True,
-                 memo_dir: Path | None = None) -> Verdict:
-    """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given)."""
-    from . import assemble
-    v = Verdict(wheel)
-    opened = _open(wheel, v)
-    if opened is None:
-        return v
-    name, version, tag, files = opened
-    pkg = "fastmace_oeq_ext/"
-    try:
-        manifest = Manifest.from_json(files.get(pkg + MANIFEST_FILE, b"").decode(errors="replace"))
-    except ManifestError as exc:
-        v.problems.append(f"{MANIFEST_FILE}: {exc}")
-        return v
-    p = p or _pins_for_manifest(manifest.matrix, v)
-    if p is None:
-        return v
-    if name != canonicalize_name(p.package_name):
-        v.problems.append(f"wheel is {name}, pins release {p.package_name}")
-        return v
-    info = assemble.dist_info_name(p)
-    expected = {pkg + f for f in assemble.package_files(p)}
-    expected |= {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE",
-                                         "licenses/LICENSE.openequivariance")}
-    _accounted(v, v.facts.pop("names"), expected)
-    if version != p.version:
-        v.problems.append(f"wheel version {version}, pins say {p.version}")
-    cp = tag.interpreter
-    py_version = f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) else None
-    if py_version not in p.matrix.pythons or tag.abi != cp:
-        v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(p.matrix.pythons)}")
-    elif files.get(f"{info}/METADATA", b"").decode(errors="replace") != assemble.metadata_text(p, py_version):
-        v.problems.append("METADATA differs from what the pins give (name, version, Requires-Dist, "
-                          "Requires-Python, licence or description)")
-    _wheel_file(v, files, info, tag, purelib=False)
-    lib = files.get(pkg + p.library_file)
-    if lib is not None:
-        facts, problems = check_elf(lib, required=set(p.torch_needed | p.cuda_needed),
-                                    allowed=set(p.torch_needed | p.cuda_needed), runpath=p.runpath(),
-                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
-                                    else forbidden_paths)
-        v.problems += problems
-        v.facts.update(needed=facts["needed"], runpath=facts["runpath"])
-        if manifest.library_sha256 != hashlib.sha256(lib).hexdigest():
-            v.problems.append("manifest's library sha256 does not match the library")
-    v.problems += manifest_problems(manifest, p, tag)
-    lic = files.get(pkg + "LICENSE.openequivariance")
-    if lic is None or files.get(f"{info}/licenses/LICENSE.openequivariance") != lic:
-        v.problems.append("dist-info licence differs from the package's LICENSE.openequivariance")
-    if expected_license is not None and lic != expected_license:
-        v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
-    _audit_and_twine(v, wheel, tag, p, twine, memo_dir)
-    return v
-
-
-def _file_entry(x) -> tuple[str, str, str, str]:
+def file_entry(x) -> tuple[str, str, str, str]:
     """A pinned file (pins.Pinned) or a recorded one (manifest.Input), comparable with each other."""
     return (x.name, x.version, x.file, x.sha256)
 
 
-def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
-    """Every manifest field that the pins decide, compared with them (one line per difference)."""
-    entry = as_tuple = _file_entry
-    cp = tag.interpreter
-    want = {
-        "package": p.package_name, "version": p.version, "oeq_version": p.oeq.version,
-        "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
-        "cuda": p.matrix.cuda, "python_tag": cp, "platform_tag": tag.platform, "library": p.library_file,
-        "extension_name": p.oeq_extension_name, "pybind11": entry(p.pybind11), "matrix": p.matrix.name,
-        "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
-    }
-    got = {k: getattr(m, k) for k in want}
-    got.update(oeq_sdist=as_tuple(m.oeq_sdist), pybind11=as_tuple(m.pybind11),
-               cuda_wheels=tuple(as_tuple(i) for i in m.cuda_wheels))
-    out = [f"manifest {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
-    if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):
-        out.append(f"manifest torch_wheel {m.torch_wheel.file} is not the pinned {p.matrix.torch_wheel(cp).file}")
-    if m.cxx11_abi not in (0, 1):
-        out.append(f"manifest cxx11_abi is {m.cxx11_abi}, expected 0 or 1")
-    return out
-
-
-# ---------------------------------------------------------------- binary openequivariance
-def line_of(version: str, p: pins_mod.Pins) -> pins_mod.OeqLine | None:
-    """The OEq line whose version this is."""
-    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version), None)
-
-
-def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
-                      sdist_root: Path | None = None, cuda_root: Path | None = None,
-                      forbidden_paths: list[str] | None = None, twine: bool = True,
-                      memo_dir: Path | None = None) -> Verdict:
-    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist."""
-    from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
-    from . import fetch, inputs, oeqpy, stable
-    from .files import default_cache
-    v = Verdict(wheel)
-    opened = _open(wheel, v)
-    if opened is None:
-        return v
-    name, version, tag, files = opened
-    ob = line or line_of(version, p)
-    want = [l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)]
-    if name != "openequivariance" or ob is None or version != ob.version(p.oeq.version):
-        v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
-        return v
-    want_version = ob.version(p.oeq.version)
-    cp = tag.interpreter
-    py_version = f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) else None
-    if py_version not in ob.pythons or tag.abi != cp:
-        v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(ob.pythons)}")
-        return v
-    cache = default_cache()
-    if sdist_root is None or cuda_root is None:
-        got = fetch.ensure([p.oeq, *ob.nvidia], cache)
-        sdist_root = sdist_root or inputs.oeq_tree(got[p.oeq.file], p.oeq, cache)
-        cuda_root = cuda_root or inputs.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
-    extlib = oeqpy.EXTLIB.as_posix()
-    module = f"{extlib}/{ob.module_name}{stable.ext_suffix(py_version)}"
-    aoti = f"{extlib}/{ob.aoti_library}"
-    info = f"openequivariance-{want_version}.dist-info"
-    tree = {f"openequivariance/{q.relative_to(sdist_root / 'openequivariance').as_posix()}": q
-            for q in (sdist_root / "openequivariance").rglob("*") if q.is_file()}
-    expected = set(tree) | {module, aoti} | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
-                                                                     "licenses/LICENSE", OEQ_BUILD_FILE)}
-    _accounted(v, v.facts.pop("names"), expected)
-    changed = sorted(a for a, src in tree.items() if a in files and files[a] != src.read_bytes())
-    if changed:
-        v.problems.append(f"files differ from the pinned sdist: {changed[:10]}")
-    if aoti.rsplit("/", 1)[1] != OEQ_STABLE_MARKER:
-        v.problems.append(f"{aoti} is not the file OpenEquivariance looks for ({OEQ_STABLE_MARKER})")
-    if files.get(f"{info}/METADATA", b"").decode(errors="replace") != \
-            oeqpy.metadata_from_sdist((sdist_root / "PKG-INFO").read_text(), want_version):
-        v.problems.append("METADATA is not the sdist's PKG-INFO with the binary version")
-    if files.get(f"{info}/licenses/LICENSE") != (sdist_root / "LICENSE").read_bytes():
-        v.problems.append("licence differs from the OpenEquivariance sdist's LICENSE")
-    _wheel_file(v, files, info, tag, purelib=False)
+def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:
+    """Either product's whole gate, chosen by the wheel's project name. p: the pins to check against (None: a
+    fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance)."""
+    from .ext.verify import verify_wheel
+    from .oeq.verify import verify_oeq_binary
     try:
-        record = OeqBuild.from_json(files.get(f"{info}/{OEQ_BUILD_FILE}", b"").decode(errors="replace"))
-        v.problems += build_record_problems(record, p, ob, tag, files)
-    except ManifestError as exc:
-        v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
-    needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
-        | {pins_mod.DRIVER_SONAME}
-    oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
-    for arc in (module, aoti):
-        data = files.get(arc)
-        if data is None:
-            continue
-        facts, problems = check_elf(data, required=needed, allowed=needed, runpath=ob.runpath(),
-                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
-                                    else forbidden_paths)
-        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
-        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
-    _audit_and_twine(v, wheel, tag, p, twine, memo_dir)
-    return v
-
-
-def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:
-    """Where the line's NVIDIA wheels hold soname (in the layout's first directory if none does)."""
-    dirs = [cuda_root / d for d in cudaflags.layout_lib_dirs(cuda_major)]
-    return next((d / soname for d in dirs if (d / soname).exists()), dirs[0] / soname)
-
-
-def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict) -> list[str]:
-    entry = as_tuple = _file_entry
-    want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
-            "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
-            "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
-            "cuda_wheels": tuple(entry(n) for n in ob.nvidia)}
-    got = {k: getattr(r, k) for k in want}
-    got.update(oeq_sdist=as_tuple(r.oeq_sdist), built_against=as_tuple(r.built_against),
-               nanobind=as_tuple(r.nanobind), cuda_wheels=tuple(as_tuple(i) for i in r.cuda_wheels))
-    out = [f"build record {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
-    for f in r.files:
-        data = files.get(f.path)
-        if data is None or hashlib.sha256(data).hexdigest() != f.sha256:
-            out.append(f"build record's sha256 of {f.path} does not match the file")
-    return out
-
-
-def abi_problems(data: bytes, oldest: dict[str, Path]) -> list[str]:
-    """torch only through its stable C ABI; every versioned CUDA symbol present in the oldest pinned wheels."""
-    needs = dynamic_symbols(data, defined=False)
-    out = []
-    # C++ symbols of torch's namespaces (c10::, at::, torch::) would tie the binary to one torch build;
-    # the standard library's (some bound unversioned, as torch's libraries also export them) do not.
-    cxx = sorted(n for n, _ in needs if n.startswith("_Z") and TORCH_CXX.search(n))
-    if cxx:
-        out.append(f"imports C++ symbols, not torch's stable C ABI: {cxx[:5]}")
-    for soname, path in oldest.items():
-        wanted = {n for n, ver in needs if ver == soname}
-        if not wanted:
-            continue
-        if not path.is_file():
-            out.append(f"cannot check CUDA symbols: {path} missing")
-            continue
-        have = {n for n, ver in dynamic_symbols(path.read_bytes(), defined=True) if ver == soname}
-        lacking = sorted(wanted - have)
-        if lacking:
-            out.append(f"needs {lacking[:5]} from {soname}, absent in the oldest pinned {soname}")
-    return out
+        is_oeq = canonicalize_name(parse_wheel_filename(wheel.name)[0]) == "openequivariance"
+    except InvalidWheelFilename:  # verify_wheel reports the bad name
+        is_oeq = False
+    return verify_oeq_binary(wheel, p or pins_mod.load()) if is_oeq else verify_wheel(wheel, p)

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import REPO, run_cli
 from fastmace_oeq_ext.manifest import Manifest
-from oeq_wheels import assemble, build, pins as P, verify
+from oeq_wheels.ext import assemble
+from oeq_wheels import build, pins as P, verify
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -105,7 +106,8 @@ def test_wheel_loads_beside_torch(cp311_wheel, torch_venv, libcuda_stub):
 
 def test_flags_match_torch_own_recipe(torch_venv, cache):
     """Our C++ standard and ABI, read from the wheel without importing torch, equal torch's own."""
-    from oeq_wheels import compile as cc, inputs, pins as P
+    from oeq_wheels.ext import compile as cc
+    from oeq_wheels import inputs, pins as P
     pins = P.load()
     pin = pins.matrix.torch_wheel("cp311")
     root = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache, pins.torch_needed)

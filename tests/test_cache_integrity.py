@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from oeq_wheels import compile as cc, fetch, inputs, pins as P
+from oeq_wheels.ext import compile as cc
+
+from oeq_wheels import fetch, inputs, pins as P
 from oeq_wheels.files import sha256_file, sweep_stale, temp_prefix
 
 

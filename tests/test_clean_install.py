@@ -3,7 +3,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from oeq_wheels.cleaninstall import judge
+from oeq_wheels.release.cleaninstall import judge
 
 GOOD_SMOKE = {"built": True, "status": {"state": "prebuilt"}, "ops": ["a", "b", "c"], "forward_norm": None}
 DOCTOR_OK = "host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1, /x/libtorch_tp_jit.so); no compiler needed\n"

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from oeq_wheels import pins as P, verify
+from oeq_wheels import pins as P
+from oeq_wheels.ext.verify import verify_wheel
+from oeq_wheels.oeq.verify import verify_oeq_binary
 
 pytestmark = pytest.mark.slow
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
@@ -60,7 +62,7 @@ def test_docker_runner_builds_the_same_wheel_as_the_host(standin, cache, cp311_w
     host_oeq = sorted(extra_dir(cp311_wheel.parent).glob("openequivariance-*.whl"))
     assert len(oeq) == len(P.load().oeq_lines) and [w.name for w in oeq] == [w.name for w in host_oeq]
     assert [w.read_bytes() for w in oeq] == [w.read_bytes() for w in host_oeq]  # every OEq line
-    v = verify.verify_wheel(whl)
+    v = verify_wheel(whl)
     assert v.ok, v.problems
     assert not list(out.glob(".incoming*"))
     assert git_status() == before  # nothing written into the repository
@@ -159,6 +161,6 @@ def test_real_engine_with_the_pinned_image_builds_verified_wheels(cp311_wheel, c
         # The image's compiler differs from this host's, so the names match, not the bytes; all pass the gate.
         assert whl.name == cp311_wheel.name and cp311_oeq_wheel.name in [w.name for w in oeq]
         assert len(oeq) == len(P.load().oeq_lines)
-        assert verify.verify_wheel(whl).ok and all(verify.verify_oeq_binary(w, P.load()).ok for w in oeq)
+        assert verify_wheel(whl).ok and all(verify_oeq_binary(w, P.load()).ok for w in oeq)
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True)

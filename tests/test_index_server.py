@@ -13,7 +13,8 @@ import pytest
 from passlib.apache import HtpasswdFile
 
 from conftest import REPO
-from oeq_wheels import build, hosts, installmatrix, pins as P, release, site
+from oeq_wheels import build, pins as P
+from oeq_wheels.release import hosts, installmatrix, publish, site
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,7 @@ def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_se
     ours = sorted(w.name for w in release_set.glob("*.whl"))
     assert sorted(p.name for p in pkgs.iterdir()) == ours and len(ours) == len(P.load().matrix.pythons)
     assert PASSWORD not in said  # credentials came from ~/.pypirc through twine, and were never echoed
-    assert release.files_on_index(url + "simple/", "fastmace-oeq-ext") == set(ours)
+    assert publish.files_on_index(url + "simple/", "fastmace-oeq-ext") == set(ours)
     uploaded = {p.name: p.stat().st_mtime_ns for p in pkgs.iterdir()}
     again = subprocess.run(make, cwd=REPO, env=owner_env(home, cache), capture_output=True, text=True)
     said = again.stdout + again.stderr

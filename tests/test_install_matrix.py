@@ -7,7 +7,9 @@ with pip and uv.
 """
 import pytest
 
-from oeq_wheels import installmatrix, pins as P
+from oeq_wheels.release import installmatrix
+
+from oeq_wheels import pins as P
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import RUNTIME, run_cli
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import inputs, pins as P, verify
+from oeq_wheels.oeq.verify import verify_oeq_binary
 
 pytestmark = pytest.mark.slow
 VERSION = P.load().oeq_binary.version("0.7.0")
@@ -76,7 +77,7 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
         out.unlink(missing_ok=True)
         with WheelFile(out, "w") as wf:  # a consistent RECORD around the change
             wf.write_files(str(unpacked))
-        return verify.verify_oeq_binary(out, pins, twine=False).problems
+        return verify_oeq_binary(out, pins, twine=False).problems
 
     info = f"openequivariance-{VERSION}.dist-info"
     assert any("do not belong" in p for p in repack(lambda u: (u / "zz_evil.pth").write_text("import os\n")))

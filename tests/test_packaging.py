@@ -43,7 +43,7 @@ def test_pip_install_dot_gives_a_working_cli_outside_the_checkout(tmp_path, cp31
     r = subprocess.run([cli, "verify", str(cp311_wheel), str(cp311_oeq_wheel)], capture_output=True, text=True,
                        env=env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.count("OK ") == 2, r.stdout + r.stderr
-    code = ("import fastmace_oeq_ext, oeq_wheels.assemble as a; "
+    code = ("import fastmace_oeq_ext, oeq_wheels.ext.assemble as a; "
             "print(a.PACKAGING_LICENSE.is_file(), fastmace_oeq_ext.__file__, a.RUNTIME_DIR)")
     r = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
                        cwd=tmp_path)

@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from conftest import run_cli
-from oeq_wheels import hosts, pins as P, rehearse, site
+from oeq_wheels.release import hosts, rehearse, site
+from oeq_wheels import pins as P
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,8 @@ def pip_env():
 
 def test_upgrade_download_hashes_and_index_url_from_the_served_site(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):
     """What README says of upgrades and mixed indexes, against the site as Pages serves it (no torch needed)."""
-    from oeq_wheels import oeqpy, pythons
+    from oeq_wheels.oeq import wheel as oeqpy
+    from oeq_wheels import pythons
     pins = P.load()
     root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
     py = pythons.find("3.11").executable
@@ -106,7 +108,7 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     assert re.search(r"the host renamed 2, e.g. openequivariance-0.7.0\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
                      r"openequivariance-0.7.0.oeqwheels.cu1", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
-    assert f"README: {site.install_lines(P.load())[0]}" in r.stderr
+    assert f"README: {P.load().install_lines()[0]}" in r.stderr
     assert "OEq precompiled (our binary wheel)" in r.stdout and "PASS" in r.stdout
 
 

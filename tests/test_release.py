@@ -9,7 +9,9 @@ import zipfile
 
 import pytest
 
-from oeq_wheels import build, installmatrix, pins as P, release
+from oeq_wheels import build, pins as P
+
+from oeq_wheels.release import installmatrix, publish
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -40,17 +42,17 @@ def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel):
 
 def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
     out = release_dir(tmp_path, cp311_wheel, oeq_set)
-    with pytest.raises(release.ReleaseError, match=r"incomplete fastmace-oeq-ext set: no wheel for cp310, cp312, cp313"):
-        release.publish(out, None, True, P.load())
+    with pytest.raises(publish.ReleaseError, match=r"incomplete fastmace-oeq-ext set: no wheel for cp310, cp312, cp313"):
+        publish.publish(out, None, True, P.load())
     assert not (extra_dir(out) / "SHA256SUMS").exists()
     out2 = release_dir(tmp_path / "b", cp311_wheel, oeq_set[:1])  # the CUDA 12 line is missing
-    with pytest.raises(release.ReleaseError, match=r"incomplete openequivariance cu128 set: no wheel for cp311"):
-        release.publish(out2, None, True, only_cp311(P.load()))
+    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu128 set: no wheel for cp311"):
+        publish.publish(out2, None, True, only_cp311(P.load()))
 
 
 def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, capsys):
     out = release_dir(tmp_path, cp311_wheel, oeq_set)
-    assert release.publish(out, None, True, only_cp311(P.load())) == 0
+    assert publish.publish(out, None, True, only_cp311(P.load())) == 0
     sums = (extra_dir(out) / "SHA256SUMS").read_text()
     for w in (cp311_wheel, *oeq_set):
         assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
@@ -61,7 +63,7 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, 
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
     assert "2 openequivariance wheel(s) go to the GitHub release" in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
-    from oeq_wheels import site
+    from oeq_wheels.release import site
     site.write_site(extra_dir(out) / "site", site.from_outdir(extra_dir(out), P.load()), P.load())
     # The owner's conventional commands work on OUTDIR after build, publish --dry-run and the site.
     r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, out.iterdir())],
@@ -79,8 +81,8 @@ def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel,
     out = release_dir(tmp_path, None, oeq_set)
     with WheelFile(out / cp311_wheel.name, "w") as wf:
         wf.write_files(str(unpacked))
-    with pytest.raises(release.ReleaseError, match="failed verification"):
-        release.publish(out, None, True, only_cp311(P.load()))
+    with pytest.raises(publish.ReleaseError, match="failed verification"):
+        publish.publish(out, None, True, only_cp311(P.load()))
 
 
 def test_tampered_wheel_is_refused(cp311_wheel, oeq_set, tmp_path):
@@ -90,8 +92,8 @@ def test_tampered_wheel_is_refused(cp311_wheel, oeq_set, tmp_path):
         for info in zin.infolist():
             data = zin.read(info)
             zout.writestr(info, data + b"# edited\n" if info.filename.endswith("__init__.py") else data)
-    with pytest.raises(release.ReleaseError, match="failed verification"):
-        release.publish(out, None, True, only_cp311(P.load()))
+    with pytest.raises(publish.ReleaseError, match="failed verification"):
+        publish.publish(out, None, True, only_cp311(P.load()))
 
 
 def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, tmp_path, monkeypatch):
@@ -103,8 +105,8 @@ def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, 
     (tmp_path / "empty-index").mkdir()
     empty = installmatrix.serve(tmp_path / "empty-index")  # knows no project: nothing is there yet
     try:
-        with pytest.raises(release.ReleaseError, match="twine upload failed"):
-            release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/",
+        with pytest.raises(publish.ReleaseError, match="twine upload failed"):
+            publish.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/",
                             index_url=f"http://127.0.0.1:{empty.server_address[1]}/")
     finally:
         empty.shutdown()
@@ -112,8 +114,8 @@ def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, 
 
 def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, oeq_set, tmp_path, capsys):
     out = release_dir(tmp_path, cp311_wheel, oeq_set)
-    with pytest.raises(release.ReleaseError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/.*--index-url"):
-        release.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/")
+    with pytest.raises(publish.ReleaseError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/.*--index-url"):
+        publish.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/")
     assert "secret" not in capsys.readouterr().out
 
 
@@ -121,20 +123,20 @@ def test_upload_target_is_resolved_as_twine_does(tmp_path, monkeypatch):
     for k in [k for k in os.environ if k.startswith("TWINE_")]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert release.upload_target(None, None) == "https://upload.pypi.org/legacy/"
-    assert release.index_for(release.upload_target("testpypi", None), None) == "https://test.pypi.org/simple/"
+    assert publish.upload_target(None, None) == "https://upload.pypi.org/legacy/"
+    assert publish.index_for(publish.upload_target("testpypi", None), None) == "https://test.pypi.org/simple/"
     (tmp_path / ".pypirc").write_text("[distutils]\nindex-servers = mine\n[mine]\nrepository = http://h:1/up/\n")
-    assert release.index_for(release.upload_target("mine", None), None) == "http://h:1/up/simple/"
+    assert publish.index_for(publish.upload_target("mine", None), None) == "http://h:1/up/simple/"
     monkeypatch.setenv("TWINE_REPOSITORY_URL", "http://env:2/")
-    assert release.upload_target(None, None) == "http://env:2/"
-    with pytest.raises(release.ReleaseError, match="cannot resolve twine repository 'nope'"):
+    assert publish.upload_target(None, None) == "http://env:2/"
+    with pytest.raises(publish.ReleaseError, match="cannot resolve twine repository 'nope'"):
         monkeypatch.delenv("TWINE_REPOSITORY_URL")
-        release.upload_target("nope", None)
+        publish.upload_target("nope", None)
 
 
 def test_dry_run_never_prints_a_password(cp311_wheel, oeq_set, tmp_path, capsys):
     out = release_dir(tmp_path, cp311_wheel, oeq_set)
-    release.publish(out, None, True, only_cp311(P.load()), repository_url="https://user:s3cret@example.invalid/x/")
+    publish.publish(out, None, True, only_cp311(P.load()), repository_url="https://user:s3cret@example.invalid/x/")
     printed = capsys.readouterr().out
     assert "s3cret" not in printed and "https://user:***@example.invalid/x/" in printed
 

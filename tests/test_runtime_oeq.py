@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from oeq_wheels import pins as P
+
 pytestmark = pytest.mark.slow
 
 PROBE = r"""
@@ -185,7 +187,7 @@ def test_doctor_lines(oeq_venv, tmp_path):
     r = doctor(oeq_venv, {})
     assert r.returncode == 0, r.stdout + r.stderr
     first = r.stdout.splitlines()[0]
-    assert first.startswith("host extension: prebuilt (fastmace-oeq-ext 0.7.0.post2, ")
+    assert first.startswith(f"host extension: prebuilt (fastmace-oeq-ext {P.load().version}, ")
     assert first.endswith("libtorch_tp_jit.so); no compiler needed")
     assert "  taken    prebuilt: matches torch 2.14.1+cu130" in r.stdout  # the trace of every candidate
     assert "  refused  oeq-precompiled: OpenEquivariance 0.7.0 has no precompiled extension" in r.stdout

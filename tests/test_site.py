@@ -7,7 +7,9 @@ import shutil
 import pytest
 
 from conftest import REPO, run_cli
-from oeq_wheels import assemble, pins as P, site
+from oeq_wheels.ext import assemble
+from oeq_wheels import pins as P
+from oeq_wheels.release import site
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -55,7 +57,7 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
     sums = (root / "SHA256SUMS").read_text()
     assert sums.count("\n") == 2 and (root / ".nojekyll").exists()
     landing = (root / "index.html").read_text()
-    assert all(cmd in landing.replace("&amp;", "&") for cmd in site.install_lines(pins))
+    assert all(cmd in landing.replace("&amp;", "&") for cmd in pins.install_lines())
     assert "R570" in landing and "R580" in landing
 
 
@@ -119,10 +121,10 @@ def test_the_same_name_with_other_bytes_is_refused(cp311_oeq_wheel, tmp_path):
 
 def test_readme_and_the_pypi_description_show_the_derived_install_lines():
     pins = P.load()
-    lines = site.install_lines(pins)
+    lines = pins.install_lines()
     readme = (REPO / "README.md").read_text()
     assert all(f"\n{line}\n" in readme for line in lines), lines
-    from oeq_wheels.rehearse import readme_commands
+    from oeq_wheels.release.rehearse import readme_commands
     assert readme_commands(pins) == lines  # the rehearsal runs exactly these
     assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
     meta = assemble.metadata_text(pins, "3.11")

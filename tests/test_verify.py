@@ -6,6 +6,7 @@ import zipfile
 import pytest
 
 from oeq_wheels import verify
+from oeq_wheels.ext.verify import verify_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -19,14 +20,14 @@ def _rewrite(src, dst, change):
 
 
 def test_good_wheel_verifies(cp311_wheel):
-    v = verify.verify_wheel(cp311_wheel)
+    v = verify_wheel(cp311_wheel)
     assert v.ok, v.problems
 
 
 def test_tampered_library_fails_record(cp311_wheel, tmp_path):
     bad = tmp_path / cp311_wheel.name
     _rewrite(cp311_wheel, bad, lambda n, d: d + b"\0" if n.endswith(".so") else d)
-    v = verify.verify_wheel(bad, twine=False)
+    v = verify_wheel(bad, twine=False)
     assert not v.ok and any("RECORD" in p for p in v.problems)
 
 
@@ -43,14 +44,14 @@ def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
     out.mkdir()
     with WheelFile(out / cp311_wheel.name, "w") as wf:  # a consistent RECORD, a lying manifest
         wf.write_files(str(unpacked))
-    v = verify.verify_wheel(out / cp311_wheel.name, twine=False)
+    v = verify_wheel(out / cp311_wheel.name, twine=False)
     assert any("manifest's library sha256" in p for p in v.problems)
 
 
 def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):
     older = tmp_path / cp311_wheel.name.replace("manylinux_2_28", "manylinux_2_17")
     shutil.copy(cp311_wheel, older)
-    v = verify.verify_wheel(older, twine=False)
+    v = verify_wheel(older, twine=False)
     assert any("auditwheel proves only" in p or "platform tag" in p for p in v.problems)
 
 

@@ -116,6 +116,7 @@ def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_pe
     assert pages["needs"] == "github-release"  # after the clean installs, PyPI and the release
     assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     assert pages["environment"]["name"] == "github-pages"
+    assert pages["concurrency"] == {"group": "pages", "cancel-in-progress": False}  # deployments never overlap
     assert all("pages" not in j.get("permissions", {}) and "id-token" not in j.get("permissions", {})
                for name, j in jobs.items() if name not in ("pages", "publish-pypi"))
     runs = " ".join(s.get("run", "") for s in pages["steps"])

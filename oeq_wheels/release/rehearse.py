@@ -23,11 +23,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
-from . import hosts, installmatrix, pins as pins_mod, pythons, release, site as site_mod
-from .errors import OeqWheelsError, UsageError
-from .output import extra_dir
+from .. import pins as pins_mod, pythons
+from ..errors import OeqWheelsError, UsageError
+from ..output import extra_dir
+from . import hosts, installmatrix, publish, site as site_mod
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 TAG_PREFIX = "v"
 
 
@@ -114,7 +115,7 @@ def run(outdir: Path, installers: list[str], python: str, commands: list[int] | 
     tag = f"{TAG_PREFIX}{pins.version}"
     with tempfile.TemporaryDirectory(prefix="oeq-rehearse-") as tmp_s:
         tmp = Path(tmp_s)
-        sums = release.write_sha256sums(ours + [w.path for w in oeq], tmp)
+        sums = publish.write_sha256sums(ours + [w.path for w in oeq], tmp)
         host = hosts.ReleaseHost(tmp / "release-storage", pins.repository)
         renamed = host.upload(tag, [*ours, *(w.path for w in oeq), sums])
         say(f"attached {len(renamed)} assets to release {tag}; the host renamed "

@@ -18,9 +18,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import oeqpy, pins as pins_mod, proc, pythons, sentinels, stub
-from .errors import OeqWheelsError, UsageError
-from .verify import Verdict
+from .. import pins as pins_mod, proc, pythons, sentinels, stub
+from ..errors import OeqWheelsError, UsageError
+from ..oeq import wheel as oeqpy
+from ..verify import Verdict
 
 SMOKE = r"""
 import json, sys

@@ -30,10 +30,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pins as pins_mod, proc, pythons, sentinels, site as site_mod, stub
+from .. import pins as pins_mod, proc, pythons, sentinels, stub
+from ..errors import OeqWheelsError, UsageError
+from ..output import extra_dir
+from . import site as site_mod
 from .cleaninstall import has_gpu
-from .errors import OeqWheelsError, UsageError
-from .output import extra_dir
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
 FASTMACE_TORCH = "2.14.1"  # FastMACE pins it (the owner's decision); fastmace-oeq-ext requires it

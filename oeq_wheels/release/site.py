@@ -36,9 +36,9 @@ from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from . import pins as pins_mod
-from .errors import UsageError
-from .files import sha256_file
+from .. import pins as pins_mod
+from ..errors import UsageError
+from ..files import sha256_file
 
 PROJECT = "openequivariance"
 
@@ -146,21 +146,6 @@ def _requires_python(name: str) -> str:
     return f"=={digits[0]}.{digits[1:]}.*"
 
 
-def install_lines(pins: pins_mod.Pins, base: str | None = None) -> list[str]:
-    """The install commands README, the site's page and the PyPI description show (base: the site URL)."""
-    base = base or pins.site_url
-    out = []
-    for line in pins.oeq_lines:
-        url = f"{base}{line.name}/simple/"
-        if line.cuda_major == pins.matrix.cuda_major:
-            out.append(f"pip install {pins.package_name} --extra-index-url {url}")
-            out.append(f"pip install torch {PROJECT}=={pins.oeq.version} --extra-index-url {url}")
-        else:  # PyPI's plain `torch` is a CUDA 13 build: this line names its torch
-            tv = next(iter(line.tested_torch))
-            out.append(f"pip install torch=={tv} {PROJECT}=={pins.oeq.version} --extra-index-url {url}")
-    return out
-
-
 def _page(title: str, body: str) -> str:
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"pypi:repository-version\" "
             f"content=\"1.1\"><title>{html.escape(title)}</title></head>\n<body>\n{body}</body></html>\n")
@@ -199,7 +184,7 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     rows = []
     for line in pins.oeq_lines:
-        cmds = [c for c in install_lines(pins) if f"/{line.name}/simple/" in c]
+        cmds = [c for c in pins.install_lines() if f"/{line.name}/simple/" in c]
         rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
                     f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}</h2>\n"
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import CudaWheelFlags
 
-from . import proc
-from .errors import OeqWheelsError
+from .. import proc
+from ..errors import OeqWheelsError
 
 
 class LinkError(OeqWheelsError):

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from .errors import OeqWheelsError
+from ..errors import OeqWheelsError
 from .site import release_asset_name
 
 

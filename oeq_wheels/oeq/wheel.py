@@ -18,9 +18,10 @@ from pathlib import Path
 from packaging.metadata import Metadata
 from packaging.tags import Tag
 
-from . import assemble, fetch, inputs
-from .errors import OeqWheelsError
-from .pins import Pins
+from .. import fetch, inputs
+from ..errors import OeqWheelsError
+from ..ext import assemble
+from ..pins import Pins
 
 EXTLIB = Path("openequivariance") / "_torch" / "extlib"
 

@@ -13,14 +13,14 @@ from packaging.utils import canonicalize_name
 import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
-from . import __version__ as TOOL_VERSION, proc, site
-from .errors import OeqWheelsError
-from .pins import Pins
+from .. import __version__ as TOOL_VERSION, proc
+from ..errors import OeqWheelsError
+from ..pins import Pins
 
 # The runtime package is imported like any other; its files are copied from where it is installed.
 RUNTIME_DIR = Path(fastmace_oeq_ext.__file__).resolve().parent
 # The packaging's own licence (MIT), shipped as package data of oeq_wheels.
-PACKAGING_LICENSE = Path(__file__).with_name("LICENSE")
+PACKAGING_LICENSE = Path(__file__).parent.parent / "LICENSE"
 
 DESCRIPTION = """\
 # {name}
@@ -78,7 +78,7 @@ def metadata_text(pins: Pins, py_version: str) -> str:
         "license_files": ["LICENSE", "LICENSE.openequivariance"],
         "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,
                                           oeq=pins.oeq.version, torch=m.torch_version, cuda=m.cuda,
-                                          py=py_version, install=site.install_lines(pins)[0]),
+                                          py=py_version, install=pins.install_lines()[0]),
         "description_content_type": "text/markdown",
         "project_urls": dict(pins.project_urls),
     }

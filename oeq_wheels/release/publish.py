@@ -17,10 +17,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from . import pins as pins_mod, verify
-from .errors import UsageError
-from .files import sha256_file
-from .output import extra_dir
+from .. import pins as pins_mod, verify
+from ..errors import UsageError
+from ..files import sha256_file
+from ..oeq.verify import line_of
+from ..output import extra_dir
 
 
 class ReleaseError(UsageError):
@@ -147,7 +148,7 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     oeq = by_name.pop("openequivariance", [])
     by_line: dict[str, list[Path]] = {line.name: [] for line in pins.oeq_lines}
     for w in oeq:
-        line = verify.line_of(str(parse_wheel_filename(w.name)[1]), pins)
+        line = line_of(str(parse_wheel_filename(w.name)[1]), pins)
         if line is None:
             problems.append(f"{w.name} is of no pinned OEq line ({', '.join(l.version(pins.oeq.version) for l in pins.oeq_lines)})")
         else:
@@ -181,7 +182,7 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     ours, oeq = check_set(outdir, pins)
     bad = []
     for w in ours + oeq:
-        v = (verify.verify_wheel(w, pins) if w in ours else verify.verify_oeq_binary(w, pins))
+        v = verify.verify_any(w, pins)
         print(f"{'OK  ' if v.ok else 'FAIL'} {w.name}")
         for problem in v.problems:
             print(f"     - {problem}")

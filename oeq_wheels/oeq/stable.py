@@ -20,9 +20,10 @@ from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags as wheel_cuda
 
-from . import compile as cc, proc, stub
-from .errors import OeqWheelsError
-from .pins import OeqLine
+from .. import proc, stub
+from ..errors import OeqWheelsError
+from ..ext import compile as cc
+from ..pins import OeqLine
 
 RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
 CXX17 = "-std=gnu++17"               # CXX_STANDARD 17 (CMake's CXX_EXTENSIONS defaults to ON)

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from . import proc
-from .errors import OeqWheelsError
-from .files import sha256_file, sweep_stale, temp_prefix
-from .progress import warn
+from .. import proc
+from ..errors import OeqWheelsError
+from ..files import sha256_file, sweep_stale, temp_prefix
+from ..progress import warn
 
-SHIM_DIR = Path(__file__).with_name("shim")
+SHIM_DIR = Path(__file__).parent.parent / "shim"
 
 
 class CompileError(OeqWheelsError):

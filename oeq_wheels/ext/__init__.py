@@ -1,0 +1,1 @@
+"""fastmace-oeq-ext: OEq's JIT host extension prebuilt for one torch (compile, link, assemble, verify)."""

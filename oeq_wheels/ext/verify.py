@@ -1,0 +1,99 @@
+"""The fastmace-oeq-ext gate: the common checks (oeq_wheels.verify) plus every manifest field against the pins."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest, ManifestError
+
+from .. import pins as pins_mod
+from ..verify import (python_of, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths,
+                      file_entry, open_wheel)
+
+
+def _pins_for_manifest(matrix: str, v: Verdict) -> pins_mod.Pins | None:
+    try:
+        return pins_mod.load(matrix)
+    except pins_mod.PinsError as exc:
+        v.problems.append(f"manifest names matrix {matrix!r}: {exc}")
+        return None
+
+
+def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
+                 forbidden_paths: list[str] | None = None, twine: bool = True,
+                 memo_dir: Path | None = None) -> Verdict:
+    """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given)."""
+    from . import assemble
+    v = Verdict(wheel)
+    opened = open_wheel(wheel, v)
+    if opened is None:
+        return v
+    name, version, tag, files = opened
+    pkg = "fastmace_oeq_ext/"
+    try:
+        manifest = Manifest.from_json(files.get(pkg + MANIFEST_FILE, b"").decode(errors="replace"))
+    except ManifestError as exc:
+        v.problems.append(f"{MANIFEST_FILE}: {exc}")
+        return v
+    p = p or _pins_for_manifest(manifest.matrix, v)
+    if p is None:
+        return v
+    if name != canonicalize_name(p.package_name):
+        v.problems.append(f"wheel is {name}, pins release {p.package_name}")
+        return v
+    info = assemble.dist_info_name(p)
+    expected = {pkg + f for f in assemble.package_files(p)}
+    expected |= {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE",
+                                         "licenses/LICENSE.openequivariance")}
+    accounted(v, v.facts.pop("names"), expected)
+    if version != p.version:
+        v.problems.append(f"wheel version {version}, pins say {p.version}")
+    py_version = python_of(tag)
+    if py_version not in p.matrix.pythons:
+        v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(p.matrix.pythons)}")
+    elif files.get(f"{info}/METADATA", b"").decode(errors="replace") != assemble.metadata_text(p, py_version):
+        v.problems.append("METADATA differs from what the pins give (name, version, Requires-Dist, "
+                          "Requires-Python, licence or description)")
+    check_wheel_file(v, files, info, tag, purelib=False)
+    lib = files.get(pkg + p.library_file)
+    if lib is not None:
+        facts, problems = check_elf(lib, required=set(p.torch_needed | p.cuda_needed),
+                                    allowed=set(p.torch_needed | p.cuda_needed), runpath=p.runpath(),
+                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
+                                    else forbidden_paths)
+        v.problems += problems
+        v.facts.update(needed=facts["needed"], runpath=facts["runpath"])
+        if manifest.library_sha256 != hashlib.sha256(lib).hexdigest():
+            v.problems.append("manifest's library sha256 does not match the library")
+    v.problems += manifest_problems(manifest, p, tag)
+    lic = files.get(pkg + "LICENSE.openequivariance")
+    if lic is None or files.get(f"{info}/licenses/LICENSE.openequivariance") != lic:
+        v.problems.append("dist-info licence differs from the package's LICENSE.openequivariance")
+    if expected_license is not None and lic != expected_license:
+        v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
+    audit_and_twine(v, wheel, tag, p, twine, memo_dir)
+    return v
+
+
+def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
+    """Every manifest field that the pins decide, compared with them (one line per difference)."""
+    entry = as_tuple = file_entry
+    cp = tag.interpreter
+    want = {
+        "package": p.package_name, "version": p.version, "oeq_version": p.oeq.version,
+        "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
+        "cuda": p.matrix.cuda, "python_tag": cp, "platform_tag": tag.platform, "library": p.library_file,
+        "extension_name": p.oeq_extension_name, "pybind11": entry(p.pybind11), "matrix": p.matrix.name,
+        "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
+    }
+    got = {k: getattr(m, k) for k in want}
+    got.update(oeq_sdist=as_tuple(m.oeq_sdist), pybind11=as_tuple(m.pybind11),
+               cuda_wheels=tuple(as_tuple(i) for i in m.cuda_wheels))
+    out = [f"manifest {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
+    if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):
+        out.append(f"manifest torch_wheel {m.torch_wheel.file} is not the pinned {p.matrix.torch_wheel(cp).file}")
+    if m.cxx11_abi not in (0, 1):
+        out.append(f"manifest cxx11_abi is {m.cxx11_abi}, expected 0 or 1")
+    return out

@@ -1,0 +1,136 @@
+"""The binary openequivariance gate: the common checks (oeq_wheels.verify) plus the pinned sdist's tree, the build
+record against the pins of the wheel's CUDA line, torch reached only through its stable C ABI, and every versioned
+CUDA symbol present in the oldest NVIDIA wheels that line allows."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from fastmace_oeq_ext import cudaflags
+from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
+
+from .. import pins as pins_mod
+from ..verify import (python_of, TORCH_CXX, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file,
+                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel)
+
+
+def line_of(version: str, p: pins_mod.Pins) -> pins_mod.OeqLine | None:
+    """The OEq line whose version this is."""
+    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version), None)
+
+
+def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
+                      sdist_root: Path | None = None, cuda_root: Path | None = None,
+                      forbidden_paths: list[str] | None = None, twine: bool = True,
+                      memo_dir: Path | None = None) -> Verdict:
+    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist."""
+    from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
+
+    from .. import fetch, inputs
+    from ..files import default_cache
+    from . import stable, wheel as oeqpy
+    v = Verdict(wheel)
+    opened = open_wheel(wheel, v)
+    if opened is None:
+        return v
+    name, version, tag, files = opened
+    ob = line or line_of(version, p)
+    want = [l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)]
+    if name != "openequivariance" or ob is None or version != ob.version(p.oeq.version):
+        v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
+        return v
+    want_version = ob.version(p.oeq.version)
+    py_version = python_of(tag)
+    if py_version not in ob.pythons:
+        v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(ob.pythons)}")
+        return v
+    cache = default_cache()
+    if sdist_root is None or cuda_root is None:
+        got = fetch.ensure([p.oeq, *ob.nvidia], cache)
+        sdist_root = sdist_root or inputs.oeq_tree(got[p.oeq.file], p.oeq, cache)
+        cuda_root = cuda_root or inputs.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
+    extlib = oeqpy.EXTLIB.as_posix()
+    module = f"{extlib}/{ob.module_name}{stable.ext_suffix(py_version)}"
+    aoti = f"{extlib}/{ob.aoti_library}"
+    info = f"openequivariance-{want_version}.dist-info"
+    tree = {f"openequivariance/{q.relative_to(sdist_root / 'openequivariance').as_posix()}": q
+            for q in (sdist_root / "openequivariance").rglob("*") if q.is_file()}
+    expected = set(tree) | {module, aoti} | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
+                                                                     "licenses/LICENSE", OEQ_BUILD_FILE)}
+    accounted(v, v.facts.pop("names"), expected)
+    changed = sorted(a for a, src in tree.items() if a in files and files[a] != src.read_bytes())
+    if changed:
+        v.problems.append(f"files differ from the pinned sdist: {changed[:10]}")
+    if aoti.rsplit("/", 1)[1] != OEQ_STABLE_MARKER:
+        v.problems.append(f"{aoti} is not the file OpenEquivariance looks for ({OEQ_STABLE_MARKER})")
+    if files.get(f"{info}/METADATA", b"").decode(errors="replace") != \
+            oeqpy.metadata_from_sdist((sdist_root / "PKG-INFO").read_text(), want_version):
+        v.problems.append("METADATA is not the sdist's PKG-INFO with the binary version")
+    if files.get(f"{info}/licenses/LICENSE") != (sdist_root / "LICENSE").read_bytes():
+        v.problems.append("licence differs from the OpenEquivariance sdist's LICENSE")
+    check_wheel_file(v, files, info, tag, purelib=False)
+    try:
+        record = OeqBuild.from_json(files.get(f"{info}/{OEQ_BUILD_FILE}", b"").decode(errors="replace"))
+        v.problems += build_record_problems(record, p, ob, tag, files)
+    except ManifestError as exc:
+        v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
+    needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
+        | {pins_mod.DRIVER_SONAME}
+    oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
+    for arc in (module, aoti):
+        data = files.get(arc)
+        if data is None:
+            continue
+        facts, problems = check_elf(data, required=needed, allowed=needed, runpath=ob.runpath(),
+                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
+                                    else forbidden_paths)
+        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
+        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
+    audit_and_twine(v, wheel, tag, p, twine, memo_dir)
+    return v
+
+
+def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:
+    """Where the line's NVIDIA wheels hold soname (in the layout's first directory if none does)."""
+    dirs = [cuda_root / d for d in cudaflags.layout_lib_dirs(cuda_major)]
+    return next((d / soname for d in dirs if (d / soname).exists()), dirs[0] / soname)
+
+
+def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict) -> list[str]:
+    entry = as_tuple = file_entry
+    want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
+            "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
+            "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
+            "cuda_wheels": tuple(entry(n) for n in ob.nvidia)}
+    got = {k: getattr(r, k) for k in want}
+    got.update(oeq_sdist=as_tuple(r.oeq_sdist), built_against=as_tuple(r.built_against),
+               nanobind=as_tuple(r.nanobind), cuda_wheels=tuple(as_tuple(i) for i in r.cuda_wheels))
+    out = [f"build record {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
+    for f in r.files:
+        data = files.get(f.path)
+        if data is None or hashlib.sha256(data).hexdigest() != f.sha256:
+            out.append(f"build record's sha256 of {f.path} does not match the file")
+    return out
+
+
+def abi_problems(data: bytes, oldest: dict[str, Path]) -> list[str]:
+    """torch only through its stable C ABI; every versioned CUDA symbol present in the oldest pinned wheels."""
+    needs = dynamic_symbols(data, defined=False)
+    out = []
+    # C++ symbols of torch's namespaces (c10::, at::, torch::) would tie the binary to one torch build;
+    # the standard library's (some bound unversioned, as torch's libraries also export them) do not.
+    cxx = sorted(n for n, _ in needs if n.startswith("_Z") and TORCH_CXX.search(n))
+    if cxx:
+        out.append(f"imports C++ symbols, not torch's stable C ABI: {cxx[:5]}")
+    for soname, path in oldest.items():
+        wanted = {n for n, ver in needs if ver == soname}
+        if not wanted:
+            continue
+        if not path.is_file():
+            out.append(f"cannot check CUDA symbols: {path} missing")
+            continue
+        have = {n for n, ver in dynamic_symbols(path.read_bytes(), defined=True) if ver == soname}
+        lacking = sorted(wanted - have)
+        if lacking:
+            out.append(f"needs {lacking[:5]} from {soname}, absent in the oldest pinned {soname}")
+    return out
