@@ -214,7 +214,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
-    lines_built = {site_mod.line_name(w.name, pins) for w in wheels}
+    lines_built = {site_mod.line_of_file(w.name, pins).name for w in wheels}
     missing = sorted({c.line.name for c in cases} - lines_built)
     if missing:
         raise UsageError(f"no openequivariance wheel of line {', '.join(missing)} in {extra}; build first (make wheels)")

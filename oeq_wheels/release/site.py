@@ -60,12 +60,7 @@ class Wheel:
     sha256: str
 
 
-def line_name(name: str, pins: pins_mod.Pins) -> str | None:
-    line = _line_of(name, pins)
-    return line.name if line else None
-
-
-def _line_of(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
+def line_of_file(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
     """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...)."""
     try:
         project, version, _, _ = parse_wheel_filename(name)
@@ -96,7 +91,7 @@ def from_release(directory: Path, pins: pins_mod.Pins) -> list[Wheel]:
         raise SiteError(f"{directory} has no SHA256SUMS; download it with the release's wheels "
                         "(gh release download TAG --pattern '*.whl' --pattern SHA256SUMS)")
     sums = _read_sums(sums_file)
-    wanted = {h: n for h, n in sums.items() if _line_of(n, pins)}
+    wanted = {h: n for h, n in sums.items() if line_of_file(n, pins)}
     found: dict[str, Wheel] = {}
     for f in sorted(directory.iterdir()):
         if f.name == "SHA256SUMS" or not f.is_file():
@@ -118,7 +113,7 @@ def from_release(directory: Path, pins: pins_mod.Pins) -> list[Wheel]:
 
 def from_outdir(extra: Path, pins: pins_mod.Pins) -> list[Wheel]:
     """The OEq wheels of a build's OUTDIR-extra, under their own names."""
-    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if _line_of(w.name, pins)]
+    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if line_of_file(w.name, pins)]
 
 
 def _merge(wheels: list[Wheel]) -> list[Wheel]:
@@ -211,7 +206,7 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
             shutil.copyfile(w.path, files / w.name)
             meta[w.name] = _metadata(w.path)
             (files / f"{w.name}.metadata").write_bytes(meta[w.name])
-        by_line = {l.name: [w for w in wheels if _line_of(w.name, pins) is l] for l in pins.oeq_lines}
+        by_line = {l.name: [w for w in wheels if line_of_file(w.name, pins) is l] for l in pins.oeq_lines}
         for line in pins.oeq_lines:
             _write_line(tmp, line, by_line[line.name], meta)
         (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
