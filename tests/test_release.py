@@ -11,7 +11,7 @@ import pytest
 
 from oeq_wheels import build, pins as P
 
-from oeq_wheels.release import installmatrix, publish
+from oeq_wheels.release import hosts, publish
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -103,13 +103,10 @@ def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
     (tmp_path / "empty-index").mkdir()
-    empty = installmatrix.serve(tmp_path / "empty-index")  # knows no project: nothing is there yet
-    try:
+    with hosts.pages(tmp_path / "empty-index", "x") as empty:  # knows no project: nothing is there yet
         with pytest.raises(publish.ReleaseError, match="twine upload failed"):
             publish.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/",
-                            index_url=f"http://127.0.0.1:{empty.server_address[1]}/")
-    finally:
-        empty.shutdown()
+                            index_url=empty)
 
 
 def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, oeq_set, tmp_path, capsys):

@@ -167,6 +167,9 @@ def test_a_binary_oeq_of_another_cuda_line_is_refused_in_one_line(tmp_path, mani
     import importlib
     text, extra, rc = importlib.import_module("fastmace_oeq_ext.doctor").verdict(res, env)
     assert rc == 1 and text == f"host extension: unusable; {res.error}" and not extra
+    # OEQ_JIT_EXTENSION=1: OEq skips its own library, so the mix does not matter and the JIT paths are considered.
+    res = rt.resolve({**env, "oeq_jit_forced": True}, environ={}, manifest_path=manifest)
+    assert res.error is None and "OEQ_JIT_EXTENSION=1" in res.candidates[0].reason and len(res.candidates) > 1
 
 
 @pytest.mark.parametrize("change, words", [

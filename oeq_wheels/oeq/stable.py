@@ -14,6 +14,7 @@ own libtorch_cuda.so and the driver provide those symbols.
 """
 from __future__ import annotations
 
+import functools
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,9 @@ class StableTrees:
     def ext(self) -> Path:
         return self.oeq_root / "openequivariance" / "extension"
 
+    @functools.cached_property
     def cuda(self) -> wheel_cuda.CudaWheelFlags:
-        """The wheels' include and library directories, as the one CUDA-wheel flag code finds them."""
+        """The wheels' include and library directories, as the one CUDA-wheel flag code finds them (found once)."""
         flags = wheel_cuda.wheel_build_flags(self.cuda_root, require_driver=False)
         if flags is None:
             raise StableBuildError(f"the NVIDIA wheels in {self.cuda_root} lack a header or library")
@@ -88,7 +90,7 @@ class Recipe:
         # target_include_directories(EXT_DIR, backend, json11, LIBTORCH_INCLUDE_DIR); CUDA::* imported
         # targets add the toolkit's include directories as system directories.
         return [f"-I{ext}", f"-I{ext / 'backend'}", f"-I{ext / 'json11'}", f"-I{t.torch_root / 'torch' / 'include'}",
-                *(a for d in t.cuda().include_dirs for a in ("-isystem", d))]
+                *(a for d in t.cuda.include_dirs for a in ("-isystem", d))]
 
     def aoti(self) -> list[str]:
         """oeq_stable_cuda_aoti: add_library(SHARED), no nanobind."""
@@ -132,7 +134,7 @@ def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]
     cuda_stub_lib): by soname, NEEDED kept for each (as GCC links without --as-needed)."""
     torch_lib = trees.torch_root / "torch" / "lib"
     return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs],
-            *(f"-L{d}" for d in trees.cuda().library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()],
+            *(f"-L{d}" for d in trees.cuda.library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()],
             f"-L{stub_dir}", "-l:libcuda.so.1", f"-l{ob.stub_library}",
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
 

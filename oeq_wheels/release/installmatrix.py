@@ -19,21 +19,18 @@ asserts the CUDA build it got rather than trusting the resolver.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import pins as pins_mod, proc, pythons, sentinels, stub
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
-from . import site as site_mod
+from . import hosts, site as site_mod
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
@@ -66,18 +63,6 @@ class Case:
     @property
     def label(self) -> str:
         return f"{self.torch or 'torch'} {self.line.name}{' (mix)' if self.mix else ''} {self.installer}"
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def serve(directory: Path):
-    """A real HTTP index on loopback (an ephemeral port), as pip and uv meet one."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def requirements(torch: str, with_fastmace: bool, pins: pins_mod.Pins) -> list[str]:
@@ -222,18 +207,14 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
     say = lambda m: print(f"install-matrix: {m}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="oeq-matrix-site-") as tmp:
         site = site_mod.write_site(Path(tmp) / "site", wheels, pins)
-        server = serve(site)
-        root = f"http://127.0.0.1:{server.server_address[1]}/"
         fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
-        try:
+        with hosts.pages(site, pins.repository.split("/")[1]) as root:  # served as the release serves it
             for case in cases:
                 with_fastmace = case.torch == FASTMACE_TORCH
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, base, keep, say, with_fastmace)
                 say(f"{case.label}: {case.result}")
-        finally:
-            server.shutdown()
     print(table(cases))
     if not all(c.ok for c in cases):
         raise OeqWheelsError(f"{sum(not c.ok for c in cases)} of {len(cases)} install cases failed")

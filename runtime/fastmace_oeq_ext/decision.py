@@ -255,8 +255,8 @@ def check(manifest_path: Path | None = None, environment: dict | None = None) ->
 
 
 # ---------------------------------------------------------------- the decision
-def _oeq_precompiled(env: dict) -> Candidate:
-    """OEq 0.7.0 loads its stable extension (no JIT) under exactly these conditions."""
+def _oeq_precompiled(env: dict, mismatch: str | None) -> Candidate:
+    """OEq 0.7.0 loads its stable extension (no JIT) under exactly these conditions; mismatch: _line_mismatch()."""
     name, extlib = "oeq-precompiled", env.get("oeq_extlib")
     if extlib is None:
         return Candidate(name, False, "openequivariance is not installed")
@@ -268,7 +268,6 @@ def _oeq_precompiled(env: dict) -> Candidate:
         return Candidate(name, False, "OEQ_JIT_EXTENSION=1 makes OpenEquivariance build its JIT extension")
     if env.get("torch_hip"):
         return Candidate(name, False, "OpenEquivariance's precompiled extension is CUDA-only (torch is a HIP build)")
-    mismatch = _line_mismatch(env)
     if mismatch:
         return Candidate(name, False, mismatch)
     release = (env.get("torch_version") or "0.0").split("+")[0].split(".")[:2]
@@ -305,13 +304,14 @@ def resolve(env: dict | None = None, environ=None, manifest_path: Path | None = 
     env = environment(environ) if env is None else env
     manifest_path = manifest_path or MANIFEST
     res = Resolution(prebuilt_mode(environ))
-    oeq = _oeq_precompiled(env)
+    mismatch = _line_mismatch(env)
+    oeq = _oeq_precompiled(env, mismatch)
     res.candidates.append(oeq)
     if oeq.taken:
         return res
-    if _line_mismatch(env):
+    if mismatch and oeq.reason == mismatch:
         # OEq will load that library anyway (its file is there) and fail: nothing else can be used.
-        res.error = oeq.reason
+        res.error = mismatch
         return res
     if res.mode == "never":
         res.candidates.append(Candidate("prebuilt", False, f"{ENV_PREBUILT}=0"))
