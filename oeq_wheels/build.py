@@ -137,11 +137,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         with Stage(tag, "inputs", timings):
             # Resolved paths: the compiler records real paths, which -ffile-prefix-map must match.
             torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache, p.torch_needed).resolve()
-            tv = cc.torch_version_info(torch_root)
-            expect = f"{p.matrix.torch_version}+{p.matrix.torch_local}"
-            if tv["__version__"] != expect or tv["cuda"] != p.matrix.cuda:
-                raise BuildError(f"torch wheel names itself {tv['__version__']} (CUDA {tv['cuda']}), "
-                                 f"pins say {expect} (CUDA {p.matrix.cuda})")
+            tv = checked_torch(torch_root, torch_pin, p.matrix.torch_local, p.matrix.cuda)
             ctx, ctx_shared = compile_contexts(p, interp, torch_root, sh.oeq_root, sh.cuda_root, sh.pybind11_include)
         ext = ctx.oeq_ext
         with Stage(tag, "compile", timings) as st:
@@ -254,12 +250,18 @@ def stable_trees(pins: pins_mod.Pins, line: pins_mod.OeqLine, files: dict[str, P
                           frozenset(f"lib{l}.so" for l in line.torch_libs)).resolve(),
         inputs.cuda_tree([(n, files[n.file]) for n in line.nvidia], cache).resolve(),
         inputs.nanobind_tree(files[line.nanobind.file], line.nanobind, cache).resolve())
-    tv = cc.torch_version_info(trees.torch_root)
-    expect = f"{line.torch.version}+{line.torch_local}"
-    if tv["__version__"] != expect:
-        raise BuildError(f"torch wheel {line.torch.file} names itself {tv['__version__']}, the {line.name} line "
-                         f"pins {expect}")
+    checked_torch(trees.torch_root, line.torch, line.torch_local, line.cuda)
     return trees
+
+
+def checked_torch(torch_root: Path, pin: pins_mod.Pinned, local: str, cuda: str) -> dict:
+    """torch/version.py of an unpacked torch wheel, refused unless it names the pinned version and CUDA."""
+    tv = cc.torch_version_info(torch_root)
+    expect = f"{pin.version}+{local}"
+    if tv["__version__"] != expect or tv["cuda"] != cuda:
+        raise BuildError(f"torch wheel {pin.file} names itself {tv['__version__']} (CUDA {tv['cuda']}), "
+                         f"pins say {expect} (CUDA {cuda})")
+    return tv
 
 
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,

@@ -256,6 +256,8 @@ def _dispatch(args) -> int:
         pins = load()
         if args.outdir is None and not args.release:
             raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
+        if args.outdir is None and args.out is None:
+            raise UsageError("site --release needs --out SITE (where to write the site) when no OUTDIR is given")
         wheels = [w for d in args.release for w in site.from_release(d, pins)]
         if args.outdir is not None:
             wheels += site.from_outdir(output.extra_dir(args.outdir), pins)

@@ -2,11 +2,8 @@
 ~/.pypirc) and with plain `twine upload dist/*`, a re-upload refused by our gate before the server, then a
 plain `pip install fastmace-oeq-ext` from that server into a fresh venv, with the doctor's verdict."""
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -38,26 +35,9 @@ def server(tmp_path):
     ht = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
     ht.set_password("owner", PASSWORD)
     ht.save()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path / "server.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
-                          "-a", "update", "-P", str(tmp_path / "htpasswd"), "--disable-fallback", str(pkgs)],
-                         stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "simple/", timeout=2).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        pytest.fail("pypiserver did not start: " + (tmp_path / "server.log").read_text())
-    yield url, pkgs
-    p.terminate()
-    p.wait(10)
-    log.close()
+    with hosts.pypiserver(pkgs, tmp_path / "server.log", "-a", "update", "-P", str(tmp_path / "htpasswd"),
+                          "--disable-fallback") as url:
+        yield url, pkgs
 
 
 def owner_env(home: Path, cache) -> dict:

@@ -104,6 +104,9 @@ def test_bad_release_assets_are_one_line_each(cp311_oeq_wheel, tmp_path):
     assert not (tmp_path / "s").exists()  # nothing half-written
     r = run_cli("site")
     assert r.returncode == 2 and "site needs OUTDIR or --release DIR" in r.stderr
+    (d / "renamed-by-hand.whl").rename(d / site.release_asset_name(cp311_oeq_wheel.name))
+    r = run_cli("site", "--release", str(d))  # where would it go? said in one line, nothing written
+    assert r.returncode == 2 and "needs --out SITE" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_the_same_name_with_other_bytes_is_refused(cp311_oeq_wheel, tmp_path):

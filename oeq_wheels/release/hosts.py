@@ -153,11 +153,17 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def pypi_standin(packages: Path, log: Path, fallback: str = "https://pypi.org/simple/"):
     """pypiserver over `packages`, redirecting every project it lacks to `fallback`; yields its simple URL."""
+    with pypiserver(packages, log, "-a", ".", "-P", ".", "--fallback-url", fallback) as root:
+        yield root + "simple/"
+
+
+@contextlib.contextmanager
+def pypiserver(packages: Path, log: Path, *options: str):
+    """A real pypiserver over `packages` on loopback with `options` (auth, fallback); yields its root URL."""
     port = _free_port()
     with open(log, "w") as out:
         p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
-                              "-a", ".", "-P", ".", "--fallback-url", fallback, str(packages)],
-                             stdout=out, stderr=subprocess.STDOUT)
+                              *options, str(packages)], stdout=out, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}/simple/"
         try:
             for _ in range(150):
@@ -172,7 +178,7 @@ def pypi_standin(packages: Path, log: Path, fallback: str = "https://pypi.org/si
                 raise HostError(f"pypiserver did not answer on {url}: {log.read_text()[-500:]}")
             if p.poll() is not None:
                 raise HostError(f"pypiserver stopped: {log.read_text()[-500:]}")
-            yield url
+            yield f"http://127.0.0.1:{port}/"
         finally:
             p.terminate()
             try:

@@ -77,7 +77,8 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
         return ["the check did not run"]
     why = []
     line = case.line
-    torch_major = "13" if case.mix else line.cuda_major  # a mix pairs the cu12 line with PyPI's CUDA 13 torch
+    # A mix pairs another line with FastMACE's torch, of the release matrix's CUDA.
+    torch_major = pins.matrix.cuda_major if case.mix else line.cuda_major
     if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(torch_major + "."):
         why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {torch_major} build of "
                    f"{case.torch or 'torch'}")

@@ -39,6 +39,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from .. import pins as pins_mod
 from ..errors import UsageError
 from ..files import sha256_file
+from ..verify import python_of
 
 PROJECT = "openequivariance"
 
@@ -136,9 +137,7 @@ def _metadata(wheel: Path) -> bytes:
 
 
 def _requires_python(name: str) -> str:
-    tag = next(iter(parse_wheel_filename(name)[3]))
-    digits = tag.interpreter[2:]
-    return f"=={digits[0]}.{digits[1:]}.*"
+    return f"=={python_of(next(iter(parse_wheel_filename(name)[3])))}.*"
 
 
 def _page(title: str, body: str) -> str:
