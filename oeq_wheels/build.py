@@ -2,7 +2,8 @@
 
 Two packages come out of one run:
   OUTDIR/         fastmace-oeq-ext wheels (the PyPI release: `twine upload OUTDIR/*`)
-  OUTDIR-extra/   binary openequivariance wheels (never for PyPI) and REPORT.{md,json}
+  OUTDIR-extra/   binary openequivariance wheels, the fastmace-oeq-ext builds that name them
+                  (both never for PyPI: each line's index serves them) and REPORT.{md,json}
 """
 from __future__ import annotations
 
@@ -155,26 +156,36 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         with Stage(tag, "audit", timings) as st:
             platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts)
         flags = ctx.normalized(ctx.flags())
-        manifest = Manifest(
-            package=p.package_name, version=p.version, oeq_version=p.oeq.version, oeq_sdist=entry(p.oeq),
-            torch_version=p.matrix.torch_version, torch_local=p.matrix.torch_local, cuda=p.matrix.cuda,
-            cxx11_abi=ctx.cxx11_abi, torch_git_version=tv["git_version"], torch_wheel=entry(torch_pin),
-            python_tag=tag, python_built_with=interp.full_version, platform_tag=platform, library=p.library_file,
-            library_sha256=sha256_file(lib), extension_name=p.oeq_extension_name,
-            cuda_wheels=tuple(entry(n) for n in p.matrix.nvidia), pybind11=entry(p.pybind11),
-            compiler=sh.toolchain.version, cxx_std=ctx.cxx_std, flags=tuple(flags), matrix=p.matrix.name)
         compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
                          f"flags: {' '.join(flags)}\n")
         lic = sh.oeq_root / "LICENSE"
-        with Stage(tag, "wheel", timings):
-            staged = assemble.stage(p, tmp / "final", library=lib, manifest=manifest, compiler_text=compiler_text,
-                                    oeq_license=lic, py_version=interp.version,
-                                    tag=assemble.wheel_tag(tag, platform))
-            whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
-        check = lambda w: verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
-                                              memo_dir=sh.verdicts)
-        return _verify_and_place(tag, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins", outdir,
-                                 force, platform, timings, interp)
+        lib_sha256, glibc = sha256_file(lib), verify.glibc_max_symbol(lib.read_bytes())
+        rows = []
+        # One library, one wheel per OpenEquivariance FastMACE may find beside it (pins: oeq_variants).
+        for vp in p.ext_variants:
+            who = tag if vp.variant == "pypi" else f"{tag}-{vp.variant}"
+            manifest = Manifest(
+                package=vp.package_name, version=vp.version, variant=vp.variant, openequivariance=vp.oeq_exact,
+                torch=vp.matrix.consumer_torch, torch_index=vp.consumer.torch_index, oeq_version=vp.oeq.version, oeq_sdist=entry(vp.oeq),
+                torch_version=vp.matrix.torch_version, torch_local=vp.matrix.torch_local, cuda=vp.matrix.cuda,
+                cxx11_abi=ctx.cxx11_abi, torch_git_version=tv["git_version"], torch_wheel=entry(torch_pin),
+                python_tag=tag, python_built_with=interp.full_version, platform_tag=platform,
+                library=vp.library_file, library_sha256=lib_sha256, glibc_max_symbol=glibc,
+                extension_name=vp.oeq_extension_name, cuda_wheels=tuple(entry(n) for n in vp.matrix.nvidia),
+                pybind11=vp.pybind11.version, pybind11_wheel=entry(vp.pybind11), compiler=sh.toolchain.release,
+                cxx_std=ctx.cxx_std, flags=tuple(flags), matrix=vp.matrix.name)
+            with Stage(who, "wheel", timings):
+                staged = assemble.stage(vp, tmp / who / "final", library=lib, manifest=manifest,
+                                        compiler_text=compiler_text, oeq_license=lic, py_version=interp.version,
+                                        tag=assemble.wheel_tag(tag, platform))
+                whl = assemble.pack(staged, tmp / who / "out", p.source_date_epoch)
+            check = lambda w, vp=vp: verify_wheel(w, vp, expected_license=lic.read_bytes(),
+                                                  forbidden_paths=sh.forbidden, memo_dir=sh.verdicts)
+            # PyPI's wheel goes to OUTDIR; a binary OEq line's goes beside that line's OEq wheels (its index).
+            rows.append(_verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins, "
+                                          f"{p.consumer.label}", outdir if vp.variant == "pypi" else extra_dir(outdir),
+                                          force, platform, dict(timings), interp))
+        return rows
 
 
 def _verify_and_place(who: str, whl: Path, check, note: str, outdir: Path, force: bool, platform: str,
@@ -314,7 +325,8 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                          f"openequivariance {lb.line.name} {pins_mod.cp_tag(v)}" for lb, v in oeq_jobs})
             for fut, who in futs.items():
                 try:
-                    rows.append(fut.result())
+                    result = fut.result()
+                    rows += result if isinstance(result, list) else [result]
                 except Interrupted:
                     raise
                 except OeqWheelsError as exc:  # report every wheel, then fail
@@ -331,8 +343,8 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     if not failures:  # an earlier failure's report no longer describes this directory
         for stale in ("REPORT-failed.md", "REPORT-failed.json"):
             (extra / stale).unlink(missing_ok=True)
-    say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s: {pins.package_name} into {outdir}, "
-        f"openequivariance into {extra}")
+    say(f"\nbuilt {len(rows)} wheel(s) in {elapsed:.1f}s: {pins.package_name} for PyPI into {outdir}; "
+        f"openequivariance and its lines' {pins.package_name} into {extra}")
     if rows:
         print(table(rows))
     for who, why in failures.items():

@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("wheel_dir", type=Path, metavar="WHEEL_DIR")
     c.add_argument("python", nargs="?", help="X.Y or an interpreter path (default 3.11)")
     c.add_argument("--keep", action="store_true", help="keep the venv and logs")
+    c.add_argument("--torch-index", help="where torch 2.14.1+cu130 comes from (default: PyTorch's cu130 index, "
+                                         "or a local stand-in where it cannot be reached)")
 
     m = sub.add_parser("install-matrix", parents=[common], help="plain pip/uv installs from the registry plus our index, no compiler",
                        description="For each torch and installer: a fresh venv, compilers replaced by sentinels "
@@ -243,7 +245,7 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "clean-install":
         from .release.cleaninstall import run
-        return run(args.wheel_dir, args.python, default_cache(), args.keep)
+        return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
     if args.cmd == "install-matrix":
         from .release.installmatrix import run
         return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index)

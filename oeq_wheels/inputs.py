@@ -255,6 +255,19 @@ def nanobind_tree(wheel: Path, pin: Pinned, cache: Path) -> Path:
     return _atomic_tree(cache / "extract" / f"nanobind-{pin.version}-{pin.sha256[:16]}", fill) / "nanobind"
 
 
+def consumer_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
+    """The consumer's pure wheels unpacked into one directory (their packages only), for its own verdict."""
+    def fill(tmp: Path) -> None:
+        for _, wheel in wheels:
+            with zipfile.ZipFile(wheel) as zf:
+                for info in zf.infolist():
+                    if not info.is_dir() and ".dist-info/" not in info.filename:
+                        _extract_member(zf, info, tmp, None)
+
+    key = hashlib.sha256(" ".join(p.sha256 for p, _ in wheels).encode()).hexdigest()[:16]
+    return _atomic_tree(cache / "extract" / f"{wheels[0][0].name}-{wheels[0][0].version}-{key}", fill)
+
+
 def oeq_tree(sdist: Path, pin: Pinned, cache: Path) -> Path:
     """The unpacked OEq sdist (its extension sources, Python package and LICENSE)."""
     def fill(tmp: Path) -> None:

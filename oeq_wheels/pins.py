@@ -2,6 +2,7 @@
 names that follow from them (library file, link libraries, sonames, RUNPATH, tags)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class Matrix:
     torch_wheels: dict[str, Pinned]  # keyed by CPython tag, e.g. "cp312"
     nvidia: tuple[Pinned, ...]
     local_version: str | None
+    consumer_torch: str    # torch's distribution version in the install a build is for (FastMACE compares it)
 
     def torch_wheel(self, cp: str) -> Pinned:
         try:
@@ -99,6 +101,22 @@ class OeqLine:
 
 
 @dataclass(frozen=True)
+class Consumer:
+    """The package fastmace-oeq-ext exists for, whose own code decides whether the prebuilt is used."""
+
+    wheels: tuple[Pinned, ...]  # its wheel, then what its import needs; pure Python, pinned by sha256
+    torch_index: str            # where its README installs torch from
+
+    @property
+    def wheel(self) -> Pinned:
+        return self.wheels[0]
+
+    @property
+    def label(self) -> str:
+        return f"{self.wheel.name} {self.wheel.version}"
+
+
+@dataclass(frozen=True)
 class Pins:
     package_name: str
     import_name: str
@@ -117,6 +135,36 @@ class Pins:
     repository: str                      # owner/name on GitHub: the public address
     matrix: Matrix
     oeq_lines: tuple[OeqLine, ...]       # newest CUDA first
+    oeq_variants: tuple[str, ...]        # the OEqs fastmace-oeq-ext is built for: "pypi" and line names
+    consumer: Consumer
+    variant: str = "pypi"                # which of oeq_variants these pins describe
+
+    def for_variant(self, variant: str) -> "Pins":
+        """The same pins for the fastmace-oeq-ext build that names another OpenEquivariance."""
+        if variant not in self.oeq_variants:
+            raise PinsError(f"no fastmace-oeq-ext variant {variant!r}; pins.toml's oeq_variants: "
+                            f"{', '.join(self.oeq_variants)}")
+        if variant != "pypi" and self.oeq_line(variant).cuda_major != self.matrix.cuda_major:
+            raise PinsError(f"variant {variant!r} is a CUDA {self.oeq_line(variant).cuda_major} OEq line; matrix "
+                            f"{self.matrix.name!r} builds for CUDA {self.matrix.cuda}")
+        return dataclasses.replace(self, variant=variant)
+
+    @property
+    def ext_variants(self) -> tuple["Pins", ...]:
+        """One Pins per fastmace-oeq-ext wheel of each Python: PyPI's OEq first, then each line of this CUDA."""
+        return tuple(self.for_variant(v) for v in self.oeq_variants
+                     if v == "pypi" or self.oeq_line(v).cuda_major == self.matrix.cuda_major)
+
+    @property
+    def variant_line(self) -> "OeqLine | None":
+        """The binary OEq line this build names (None: PyPI's OpenEquivariance)."""
+        return None if self.variant == "pypi" else self.oeq_line(self.variant)
+
+    @property
+    def oeq_exact(self) -> str:
+        """The exact OpenEquivariance version this build's manifest names and its METADATA requires."""
+        line = self.variant_line
+        return line.version(self.oeq.version) if line else self.oeq.version
 
     def oeq_line(self, name: str) -> OeqLine:
         for line in self.oeq_lines:
@@ -156,6 +204,13 @@ class Pins:
                            f"--extra-index-url {url}")
         return out
 
+    def fastmace_install_lines(self) -> list[str]:
+        """FastMACE's own install steps (its README) plus the cu130 index: the compiler-free FastMACE."""
+        line = self.oeq_binary
+        return [f"pip install torch=={self.matrix.torch_version} --index-url {self.consumer.torch_index}",
+                f"pip install cuequivariance-ops-torch-cu{line.cuda_major}",
+                f'pip install "{self.consumer.wheel.name}[oeq]" --extra-index-url {self.index_url(line.name)}']
+
     @property
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
@@ -164,10 +219,11 @@ class Pins:
 
     @property
     def version(self) -> str:
-        """The wheel version: the base version, plus a local label for non-release matrices."""
-        if self.matrix.local_version:
-            return f"{self.base_version}+{self.matrix.local_version}"
-        return self.base_version
+        """The wheel version: the base version, plus local labels for a binary OEq line's variant and for
+        non-release matrices (0.7.0.post4+oeqwheels.cu13.1.torch2.11.0)."""
+        labels = [l for l in ((self.variant_line.local_version if self.variant_line else None),
+                              self.matrix.local_version) if l]
+        return f"{self.base_version}+{'.'.join(labels)}" if labels else self.base_version
 
     @property
     def library_file(self) -> str:
@@ -188,7 +244,8 @@ class Pins:
 
     def all_inputs(self, cp_tags: list[str]) -> list[Pinned]:
         """Every file a build of these Pythons reads, for download and provenance."""
-        return [self.oeq, self.pybind11, *self.matrix.nvidia] + [self.matrix.torch_wheel(t) for t in cp_tags]
+        return ([self.oeq, self.pybind11, *self.matrix.nvidia, *self.consumer.wheels]
+                + [self.matrix.torch_wheel(t) for t in cp_tags])
 
     def oeq_binary_inputs(self) -> list[Pinned]:
         """Every file the OEq lines read."""
@@ -242,6 +299,13 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     if not re.fullmatch(r"[A-Za-z0-9-]+/[A-Za-z0-9._-]+", repository):
         raise PinsError(f"[package] repository = {repository!r} in {path} is not owner/name on GitHub; set it to "
                         "this project's repository")
+    variants = tuple(pkg.get("oeq_variants", ["pypi"]))
+    unknown = [v for v in variants if v != "pypi" and v not in ob["lines"]]
+    if unknown or "pypi" not in variants:
+        raise PinsError(f"[package] oeq_variants = {list(variants)} in {path}: each must be \"pypi\" or an "
+                        f"[oeq_binary.lines] name ({', '.join(ob['lines'])}), and \"pypi\" must be one")
+    con = data["consumer"]
+    consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]), con["torch_index"])
     nb = data["nanobind"]
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
     lines = []
@@ -273,6 +337,8 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         repository=repository,
         matrix=mat,
         oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in l.cuda.split(".")), reverse=True)),
+        oeq_variants=variants,
+        consumer=consumer,
     )
 
 
@@ -288,6 +354,7 @@ def _matrix(data: dict, name: str) -> Matrix:
                       for tag, w in m["torch_wheels"].items()},
         nvidia=_nvidia(data, m["nvidia"], f"[matrix.{name!r}]"),
         local_version=m.get("local_version"),
+        consumer_torch=m.get("consumer_torch", f"{m['torch_version']}+{m['torch_local']}"),
     )
 
 

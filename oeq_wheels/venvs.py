@@ -3,12 +3,17 @@ local disk here), plus OEq's Python package and a fastmace-oeq-ext wheel on dema
 Shared by the tests and the benchmark so that both use the same venv and versions."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
-from . import proc, pythons
+from . import fetch, proc, pythons
+from .files import sha256_file
 from .oeq import wheel as oeqpy
 from .pins import Pins
+
+REPO = Path(__file__).resolve().parent.parent
+CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 
 
 def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
@@ -33,3 +38,37 @@ def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], w
     proc.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", f"pybind11=={pins.pybind11.version}"],
                    check=True)
     proc.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), *map(str, wheels)], check=True)
+
+
+def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
+    """cache/venvs/fastmace-torch-<consumer_torch>-cpXY: torch as FastMACE's README installs it (PyTorch's
+    cu130 index, 2.14.1+cu130), OEq's import-time dependencies (requirements/consumer.txt) and the pinned
+    consumer (FastMACE 1.0.0 and filelock), all by hash; made once, then reused. OEq and fastmace-oeq-ext
+    are the tests' to install.
+
+    PyTorch's index cannot be reached here: a local one stands in, serving PyPI's wheel of the same binary
+    under the index's version (release.reversion), and PyPI for torch's dependencies.
+    """
+    from .release import hosts, reversion
+    interp = pythons.find(version)
+    lock_key = sha256_file(CONSUMER_LOCK)[:12]  # a changed lock makes a new venv
+    venv = cache / "venvs" / f"fastmace-torch-{pins.matrix.consumer_torch}-{interp.cp_tag}-{lock_key}"
+    if (venv / ".complete").is_file():
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    torch_pin = pins.matrix.torch_wheel(interp.cp_tag)
+    files = fetch.ensure([torch_pin, *pins.consumer.wheels], cache)
+    local = pins.matrix.consumer_torch.partition("+")[2]
+    standin = cache / "standins" / f"pytorch-{local}"
+    reversion.reversioned(files[torch_pin.file], local, standin)
+    proc.run([interp.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")  # no local caps or indexes
+    pip = [py, "-m", "pip", "install", "-q"]
+    with hosts.pypi_standin(standin, venv.parent / f"{venv.name}-index.log") as index:
+        proc.run(pip + [f"torch=={pins.matrix.consumer_torch}", "--index-url", index], check=True, env=env)
+    proc.run(pip + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
+    proc.run(pip + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    (venv / ".complete").touch()
+    return venv

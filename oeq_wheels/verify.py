@@ -180,6 +180,13 @@ def dynamic_symbols(data: bytes, defined: bool) -> set[tuple[str, str | None]]:
     return out
 
 
+def glibc_max_symbol(data: bytes) -> str:
+    """The newest GLIBC_x.y symbol version a library needs (post1's manifest key glibc_max_symbol)."""
+    found = [tuple(int(x) for x in v[len("GLIBC_"):].split("."))
+             for _, v in dynamic_symbols(data, defined=False) if v and re.fullmatch(r"GLIBC_\d+(\.\d+)*", v)]
+    return "GLIBC_" + ".".join(map(str, max(found))) if found else "none"
+
+
 def check_elf(data: bytes, *, required: set[str], allowed: set[str], runpath: str,
               forbidden_paths: list[str]) -> tuple[dict, list[str]]:
     facts, problems = elf_facts(data), []

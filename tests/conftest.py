@@ -46,7 +46,8 @@ def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
     out = tmp_path_factory.mktemp("wheels") / "dist"
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
     assert not failures, failures
-    assert len(rows) == 1 + len(pins_mod.load().oeq_lines)
+    pins = pins_mod.load()
+    assert len(rows) == len(pins.ext_variants) + len(pins.oeq_lines)
     (whl,) = out.glob("*.whl")
     return whl
 
@@ -94,6 +95,20 @@ def oeq_venv(torch_venv, cp311_wheel, tmp_path_factory, cache) -> Path:
     from oeq_wheels import venvs
     venvs.install_oeq_stack(torch_venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
     return torch_venv
+
+
+@pytest.fixture(scope="session")
+def fastmace_venv(cache) -> Path:
+    """torch 2.14.1+cu130 (as PyTorch's cu130 index serves it) and FastMACE 1.0.0 for CPython 3.11; cached."""
+    from oeq_wheels import venvs
+    return venvs.consumer_venv(pins_mod.load(), cache)
+
+
+@pytest.fixture(scope="session")
+def cp311_plain_oeq(tmp_path_factory, cache) -> Path:
+    """OpenEquivariance 0.7.0 as a user's sdist build leaves it: version 0.7.0, no precompiled extension."""
+    from oeq_wheels.oeq import wheel as oeqpy
+    return oeqpy.build_pure(pins_mod.load(), tmp_path_factory.mktemp("plain-oeq"), cache)
 
 
 @pytest.fixture

@@ -5,20 +5,25 @@ import pytest
 from conftest import REPO
 from oeq_wheels.release.cleaninstall import judge
 
-GOOD_SMOKE = {"built": True, "status": {"state": "prebuilt"}, "ops": ["a", "b", "c"], "forward_norm": None}
-DOCTOR_OK = "host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1, /x/libtorch_tp_jit.so); no compiler needed\n"
+GOOD_PROBE = {"usable": True, "extension": {"source": "prebuilt"}, "ops": ["a", "b", "c"]}
+GOOD_SMOKE = {"ok": True, "backend": "hybrid", "oeq_extension": {"source": "prebuilt"}}
+DOCTOR_OK = ("[ ok ] OpenEquivariance: openequivariance 0.7.0+oeqwheels.cu13.1; looked up, not imported\n"
+             "       host extension: prebuilt (fastmace-oeq-ext 0.7.0.post4, /x/libtorch_tp_jit.so); no compiler needed\n")
 
 
 def test_judge_passes_only_when_everything_holds():
-    assert judge(0, DOCTOR_OK, GOOD_SMOKE, "", gpu=False).ok
-    assert not judge(0, "host extension: built with the host toolchain ...", GOOD_SMOKE, "", False).ok
-    assert not judge(1, DOCTOR_OK, GOOD_SMOKE, "", False).ok
+    assert judge(0, DOCTOR_OK, GOOD_PROBE, "", gpu=False).ok
+    assert judge(1, DOCTOR_OK, GOOD_SMOKE, "", gpu=True).ok  # the doctor fails on a CPU-only item: not ours to judge
+    assert not judge(0, "       host extension: built with the host toolchain ...", GOOD_PROBE, "", False).ok
     assert not judge(0, DOCTOR_OK, None, "", False).ok
-    assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "status": {"state": "built"}}, "", False).ok
-    assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "ops": ["a"]}, "", False).ok
-    v = judge(0, DOCTOR_OK, GOOD_SMOKE, "g++ -c x.cpp\n", False)
+    assert not judge(0, DOCTOR_OK, {**GOOD_PROBE, "usable": False, "reason": "built for torch None"}, "", False).ok
+    assert not judge(0, DOCTOR_OK, {**GOOD_PROBE, "extension": {"source": "built"}}, "", False).ok
+    assert not judge(0, DOCTOR_OK, {**GOOD_PROBE, "ops": ["a"]}, "", False).ok
+    v = judge(0, DOCTOR_OK, GOOD_PROBE, "g++ -c x.cpp\n", False)
     assert not v.ok and "g++ -c x.cpp" in v.problems[0]
-    assert not judge(0, DOCTOR_OK, GOOD_SMOKE, "", gpu=True).ok  # on a GPU the forward must run
+    assert not judge(0, DOCTOR_OK, GOOD_PROBE, "", gpu=True).ok  # on a GPU the NVT smoke must run
+    assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "backend": "cueq"}, "", gpu=True).ok
+    assert not judge(0, DOCTOR_OK, {**GOOD_SMOKE, "oeq_extension": {"source": "built"}}, "", gpu=True).ok
 
 
 def test_refuses_a_directory_without_wheels(tmp_path):
@@ -32,5 +37,6 @@ def test_clean_install_passes_with_compilers_removed(cp311_wheel):
                        capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post3," in out
-    assert "PASS: prebuilt host extension, no compiler or build tool called" in out
+    assert "fastmace doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post4+oeqwheels.cu13.1, " in out
+    assert "FastMACE: prebuilt usable=True" in out and "ops ['jit_conv_forward'" in out
+    assert "PASS: FastMACE uses the prebuilt host extension; no compiler or build tool was called" in out

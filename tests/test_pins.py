@@ -9,9 +9,9 @@ def test_release_matrix_pins_all_pythons_and_hashes():
     pins = P.load()
     assert pins.matrix.name == "torch-2.14.1"
     assert pins.matrix.pythons == ("3.10", "3.11", "3.12", "3.13")
-    assert pins.version == "0.7.0.post3"
+    assert pins.version == "0.7.0.post4"
     items = pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons])
-    assert len(items) == 2 + len(pins.matrix.nvidia) + 4
+    assert len(items) == 2 + len(pins.matrix.nvidia) + len(pins.consumer.wheels) + 4
     for item in items:
         assert re.fullmatch(r"[0-9a-f]{64}", item.sha256), item
     names = {n.name: n.version for n in pins.matrix.nvidia}

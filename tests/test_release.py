@@ -35,9 +35,11 @@ def release_dir(tmp_path, wheel, oeq_wheels):
 
 
 @pytest.fixture
-def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel):
-    """Every OEq line's cp311 wheel: the complete OEq set of the cp311 pins."""
-    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel]
+def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel, cp311_wheel):
+    """Every OEq line's cp311 wheel and the fastmace-oeq-ext build that names the cu130 one: the complete
+    served set of the cp311 pins."""
+    (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*.whl")
+    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel, served]
 
 
 def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
@@ -58,10 +60,11 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, 
         assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
     r = subprocess.run(["sha256sum", "-c", str(extra_dir(out) / "SHA256SUMS")], cwd=extra_dir(out),
                        capture_output=True, text=True)
-    assert r.stdout.count(": OK") == 2  # the OEq wheels sit beside SHA256SUMS
+    assert r.stdout.count(": OK") == 3  # the served wheels sit beside SHA256SUMS
     printed = capsys.readouterr().out
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
-    assert "2 openequivariance wheel(s) go to the GitHub release" in printed
+    assert "the 3 served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) go to the GitHub release" \
+        in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
     from oeq_wheels.release import site
     site.write_site(extra_dir(out) / "site", site.from_outdir(extra_dir(out), P.load()), P.load())

@@ -14,12 +14,13 @@ GOOD_ENV = {"torch_version": "2.14.1+cu130", "torch_cuda": "13.0", "cxx11_abi": 
 
 def make_manifest(lib_sha256: str, **change) -> Manifest:
     pin = Input("x", "1", "x-1.whl", "0" * 64)
-    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post3", oeq_version="0.7.0", oeq_sdist=pin,
-                 torch_version="2.14.1", torch_local="cu130", cuda="13.0", cxx11_abi=1, torch_git_version="abc",
-                 torch_wheel=pin, python_tag="cp311", python_built_with="3.11.7", platform_tag="manylinux_2_28_x86_64",
-                 library="libtorch_tp_jit.so", library_sha256=lib_sha256, extension_name="libtorch_tp_jit",
-                 cuda_wheels=(pin,), pybind11=pin, compiler="g++ 12", cxx_std="c++20", flags=("-O3",),
-                 matrix="torch-2.14.1")
+    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post4", variant="pypi", openequivariance="0.7.0",
+                 torch="2.14.1+cu130", torch_index="https://download.pytorch.org/whl/cu130", oeq_version="0.7.0",
+                 oeq_sdist=pin, torch_version="2.14.1", torch_local="cu130", cuda="13.0", cxx11_abi=1,
+                 torch_git_version="abc", torch_wheel=pin, python_tag="cp311", python_built_with="3.11.7",
+                 platform_tag="manylinux_2_28_x86_64", library="libtorch_tp_jit.so", library_sha256=lib_sha256,
+                 glibc_max_symbol="GLIBC_2.14", extension_name="libtorch_tp_jit", cuda_wheels=(pin,), pybind11="3.1.0",
+                 pybind11_wheel=pin, compiler="GCC 12.2.0", cxx_std="c++20", flags=("-O3",), matrix="torch-2.14.1")
     return dataclasses.replace(m, **change)
 
 
@@ -93,7 +94,8 @@ def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
     good = json.loads(manifest.read_text())
     for field, bad in [("library", {}), ("library", 7), ("library_sha256", None), ("cxx11_abi", "1"),
                        ("cuda_wheels", {}), ("cuda_wheels", [{"name": "x"}]), ("flags", [1]), ("schema", 1),
-                       ("torch_wheel", "torch.whl"), ("package", "")]:
+                       ("torch_wheel", "torch.whl"), ("package", ""), ("python", "cp312"), ("sha256", "0" * 64),
+                       ("extension_version", "0.7.0.post1")]:
         manifest.write_text(json.dumps({**good, field: bad}))
         d = rt.check(manifest, GOOD_ENV)  # never raises
         assert not d.usable and d.reason.startswith("manifest unreadable") and field.split("[")[0] in d.reason, d
@@ -224,3 +226,47 @@ def test_doctor_json_and_help(tmp_path):
     out = json.loads(r.stdout)
     assert r.returncode in (0, 1) and [c["name"] for c in out["candidates"]][:2] == ["oeq-precompiled", "prebuilt"]
     assert all(c["reason"] for c in out["candidates"])
+
+
+def test_manifest_carries_every_key_of_post1_in_its_format(manifest):
+    """FastMACE 1.0.0 reads post1's keys: every one is there, in post1's value format."""
+    from fastmace_oeq_ext.manifest import CONSUMER_KEYS
+    data = json.loads(manifest.read_text())
+    post1 = {"compiler": "GCC 14.2.1 20250110 (Red Hat 14.2.1-11)", "cuda": "13.0", "extension_version": "0.7.0.post1",
+             "glibc_max_symbol": "GLIBC_2.14", "library": "libtorch_tp_jit.so", "openequivariance": "0.7.0",
+             "platform": "manylinux_2_28_x86_64", "pybind11": "3.1.0", "python": "cp311", "sha256": "2d68" + "0" * 60,
+             "torch": "2.14.1+cu130"}  # the published post1 manifest's keys (values abridged)
+    assert sorted(CONSUMER_KEYS) == sorted(post1)
+    for key, value in post1.items():
+        assert type(data[key]) is type(value), key
+    assert (data["torch"], data["python"], data["openequivariance"], data["extension_version"]) == \
+        ("2.14.1+cu130", "cp311", "0.7.0", "0.7.0.post4")
+    assert data["compiler"].startswith("GCC ") and data["glibc_max_symbol"].startswith("GLIBC_2.")
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({}, None),
+    ({"torch_distribution": "2.14.1"}, "fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1"),
+    ({"oeq_version": "0.7.0+oeqwheels.cu13.1"},
+     "fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.0+oeqwheels.cu13.1"),
+    ({"python_tag": "cp312"}, "fastmace-oeq-ext was built for python cp311, installed is cp312"),
+    ({"machine": "aarch64"}, "fastmace-oeq-ext is for Linux x86_64, not Linux aarch64"),
+])
+def test_consumer_rule_in_fastmaces_words(manifest, change, reason):
+    env = {"torch_distribution": "2.14.1+cu130", "oeq_version": "0.7.0", "python_tag": "cp311", "system": "Linux",
+           "machine": "x86_64", **change}
+    assert Manifest.from_json(manifest.read_text()).consumer_refusal(env) == reason
+
+
+@pytest.mark.parametrize("env, fix", [
+    ({"torch_distribution": "2.14.1", "oeq_version": "0.7.0"},
+     "pip install --force-reinstall --no-deps torch==2.14.1+cu130 --index-url https://download.pytorch.org/whl/cu130"),
+    ({"torch_distribution": "2.15.0", "oeq_version": "0.7.0"},
+     "pip install --force-reinstall torch==2.14.1+cu130 --index-url https://download.pytorch.org/whl/cu130"),
+    ({"torch_distribution": "2.14.1+cu130", "oeq_version": "0.7.0+oeqwheels.cu13.1"},
+     "pip install --upgrade fastmace-oeq-ext"),
+])
+def test_consumer_fix_names_the_command_that_works(manifest, env, fix):
+    m = Manifest.from_json(manifest.read_text())
+    from fastmace_oeq_ext import decision
+    assert decision._consumer_fix(m, {"torch_cuda": "13.0", **env}) == fix

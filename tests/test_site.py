@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("name, hosted", [
     ("openequivariance-0.7.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",
      "openequivariance-0.7.0.oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
-    ("fastmace_oeq_ext-0.7.0.post3-cp311-cp311-manylinux_2_28_x86_64.whl",
-     "fastmace_oeq_ext-0.7.0.post3-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("fastmace_oeq_ext-0.7.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl",
+     "fastmace_oeq_ext-0.7.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl"),
     ("SHA256SUMS", "SHA256SUMS"), ("a b~(c).whl", "a.b..c..whl"), (".hidden.", "hidden")])
 def test_the_release_hosts_renaming_rule(name, hosted):
     assert site.release_asset_name(name) == hosted
@@ -54,8 +54,14 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
         flat = (root / line / "links.html").read_text()
         assert f'href="../files/{wheel.name.replace("+", "%2B")}#sha256={digest}"' in flat
         assert '<a href="openequivariance/">' in (root / line / "simple" / "index.html").read_text()
+    # cu130 also serves the fastmace-oeq-ext build that names its OEq, and only there.
+    (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*+oeqwheels*.whl")
+    page = (root / "cu130" / "simple" / "fastmace-oeq-ext" / "index.html").read_text()
+    assert served.name.replace("+", "%2B") in page and cp311_wheel.name not in page
+    assert not (root / "cu128" / "simple" / "fastmace-oeq-ext").exists()
+    assert '<a href="fastmace-oeq-ext/">' in (root / "cu130" / "simple" / "index.html").read_text()
     sums = (root / "SHA256SUMS").read_text()
-    assert sums.count("\n") == 2 and (root / ".nojekyll").exists()
+    assert sums.count("\n") == 3 and (root / ".nojekyll").exists()
     landing = (root / "index.html").read_text()
     assert all(cmd in landing.replace("&amp;", "&") for cmd in pins.install_lines())
     assert "R570" in landing and "R580" in landing
@@ -129,6 +135,7 @@ def test_readme_and_the_pypi_description_show_the_derived_install_lines():
     assert all(f"\n{line}\n" in readme for line in lines), lines
     from oeq_wheels.release.rehearse import readme_commands
     assert readme_commands(pins) == lines  # the rehearsal runs exactly these
+    assert all(f"\n{line}\n" in readme for line in pins.fastmace_install_lines())  # FastMACE's steps
     assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
     meta = assemble.metadata_text(pins, "3.11")
     assert f"    {lines[0]}\n" in meta

@@ -38,7 +38,7 @@ def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
         zf.extractall(unpacked)
     m = unpacked / "fastmace_oeq_ext" / "manifest.json"
     data = json.loads(m.read_text())
-    data["library_sha256"] = "0" * 64
+    data["library_sha256"] = data["sha256"] = "0" * 64  # consistently: its post1-named copy too
     m.write_text(json.dumps(data))
     out = tmp_path / "o"
     out.mkdir()

@@ -73,7 +73,7 @@ def metadata_text(pins: Pins, py_version: str) -> str:
         "version": pins.version,
         "summary": pins.summary,
         "requires_python": f"=={py_version}.*",
-        "requires_dist": [f"torch=={m.torch_version}", f"openequivariance=={pins.oeq.version}"],
+        "requires_dist": [f"torch=={m.torch_version}", f"openequivariance=={pins.oeq_exact}"],
         "license_expression": pins.license_expression,
         "license_files": ["LICENSE", "LICENSE.openequivariance"],
         "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,

@@ -73,6 +73,7 @@ class Toolchain:
     cc: str
     strip: str
     version: str  # first line of `cxx --version`
+    release: str = ""  # GCC <__VERSION__>, e.g. "GCC 14.2.1 20250110 (Red Hat 14.2.1-11)" (post1's manifest)
 
     @classmethod
     def detect(cls, env: dict | None = None) -> "Toolchain":
@@ -84,7 +85,15 @@ class Toolchain:
             out = proc.run([*shlex.split(cxx), "--version"], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as exc:
             raise CompileError(f"C++ compiler {cxx!r} does not run ({exc}); install g++ or set CXX") from exc
-        return cls(cxx, cc, strip, out.splitlines()[0].strip())
+        # __VERSION__ is what the compiler says of itself; GCC's lacks the name, so it is added, as
+        # Python's platform.python_compiler() does.
+        macro = subprocess.run([*shlex.split(cxx), "-E", "-P", "-x", "c++", "-"], input="__clang__ __VERSION__\n",
+                               capture_output=True, text=True, timeout=60)
+        words = macro.stdout.strip().split(" ", 1) if macro.returncode == 0 else []
+        release = ""
+        if len(words) == 2:
+            release = words[1].strip('"') if words[0] != "__clang__" else "GCC " + words[1].strip('"')
+        return cls(cxx, cc, strip, out.splitlines()[0].strip(), release or out.splitlines()[0].strip())
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The fastmace-oeq-ext gate: the common checks (oeq_wheels.verify) plus every manifest field against the pins."""
+"""The fastmace-oeq-ext gate: the common checks (oeq_wheels.verify), every manifest field against the pins,
+and the consumer's own verdict (FastMACE's prebuilt_extension(), ext.consumer)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,14 +11,15 @@ from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest, Mani
 
 from .. import pins as pins_mod
 from ..verify import (python_of, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths,
-                      file_entry, open_wheel)
+                      file_entry, glibc_max_symbol, open_wheel)
+from . import consumer
 
 
-def _pins_for_manifest(matrix: str, v: Verdict) -> pins_mod.Pins | None:
+def _pins_for_manifest(m: Manifest, v: Verdict) -> pins_mod.Pins | None:
     try:
-        return pins_mod.load(matrix)
+        return pins_mod.load(m.matrix).for_variant(m.variant)
     except pins_mod.PinsError as exc:
-        v.problems.append(f"manifest names matrix {matrix!r}: {exc}")
+        v.problems.append(f"manifest names matrix {m.matrix!r}, variant {m.variant!r}: {exc}")
         return None
 
 
@@ -37,7 +39,14 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
     except ManifestError as exc:
         v.problems.append(f"{MANIFEST_FILE}: {exc}")
         return v
-    p = p or _pins_for_manifest(manifest.matrix, v)
+    if p is None:
+        p = _pins_for_manifest(manifest, v)
+    elif manifest.variant != p.variant:  # the same pins, for the OEq this wheel names
+        try:
+            p = p.for_variant(manifest.variant)
+        except pins_mod.PinsError as exc:
+            v.problems.append(f"manifest names variant {manifest.variant!r}: {exc}")
+            return v
     if p is None:
         return v
     if name != canonicalize_name(p.package_name):
@@ -67,12 +76,17 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         v.facts.update(needed=facts["needed"], runpath=facts["runpath"])
         if manifest.library_sha256 != hashlib.sha256(lib).hexdigest():
             v.problems.append("manifest's library sha256 does not match the library")
+        if manifest.glibc_max_symbol != glibc_max_symbol(lib):
+            v.problems.append(f"manifest glibc_max_symbol is {manifest.glibc_max_symbol}, the library needs "
+                              f"{glibc_max_symbol(lib)}")
     v.problems += manifest_problems(manifest, p, tag)
     lic = files.get(pkg + "LICENSE.openequivariance")
     if lic is None or files.get(f"{info}/licenses/LICENSE.openequivariance") != lic:
         v.problems.append("dist-info licence differs from the package's LICENSE.openequivariance")
     if expected_license is not None and lic != expected_license:
         v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
+    if py_version is not None:
+        v.problems += consumer.problems(files, py_version, p)
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 
@@ -82,14 +96,16 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
     entry = as_tuple = file_entry
     cp = tag.interpreter
     want = {
-        "package": p.package_name, "version": p.version, "oeq_version": p.oeq.version,
+        "package": p.package_name, "version": p.version, "variant": p.variant, "openequivariance": p.oeq_exact,
+        "torch": p.matrix.consumer_torch, "torch_index": p.consumer.torch_index, "oeq_version": p.oeq.version,
         "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
         "cuda": p.matrix.cuda, "python_tag": cp, "platform_tag": tag.platform, "library": p.library_file,
-        "extension_name": p.oeq_extension_name, "pybind11": entry(p.pybind11), "matrix": p.matrix.name,
+        "extension_name": p.oeq_extension_name, "pybind11": p.pybind11.version,
+        "pybind11_wheel": entry(p.pybind11), "matrix": p.matrix.name,
         "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
     }
     got = {k: getattr(m, k) for k in want}
-    got.update(oeq_sdist=as_tuple(m.oeq_sdist), pybind11=as_tuple(m.pybind11),
+    got.update(oeq_sdist=as_tuple(m.oeq_sdist), pybind11_wheel=as_tuple(m.pybind11_wheel),
                cuda_wheels=tuple(as_tuple(i) for i in m.cuda_wheels))
     out = [f"manifest {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
     if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):

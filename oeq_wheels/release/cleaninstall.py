@@ -1,79 +1,86 @@
-"""The clean-install check: a fresh venv, nothing to compile with, and OEq must work.
+"""The clean-install check: a fresh uv venv, FastMACE's own install steps with our wheels, nothing
+to compile with, and FastMACE must use the prebuilt.
 
-A new virtual environment gets torch (the pinned CUDA 13.0 build), OpenEquivariance
-0.7.0's Python package (a pure wheel made from the pinned sdist: its own build
-downloads LibTorch, which fails offline) and fastmace-oeq-ext from WHEEL_DIR only.
-Then g++, c++, ninja and nvcc are shadowed by sentinels that log and fail (the C
-compiler gcc stays: Triton needs it), FASTMACE_OEQ_PREBUILT=1, and the doctor and
-a smoke run. Without a GPU a generated libcuda.so.1 stub stands in for the driver;
-the smoke then goes as far as a CPU allows: OEq imports with the prebuilt library,
-its operators are registered, a MACE-like TensorProduct problem is built, and
-creating the kernel stops at the missing GPU, never at a compiler.
+As the owner's seed describes it: a new uv virtual environment gets torch 2.14.1+cu130 (from
+PyTorch's cu130 index, as FastMACE's README installs it; where that index cannot be reached, a
+local stand-in serving PyPI's same binary under that version, release.reversion),
+cuequivariance-ops-torch-cu13 and `fastmace[oeq]` with our wheels (WHEEL_DIR and WHEEL_DIR-extra,
+served as the cu130 index of the site). g++, c++, ninja and nvcc are failing sentinels from before
+the first install (C `gcc` stays: Triton builds its launcher with it), `CXX` is the g++ sentinel,
+`FASTMACE_OEQ_PREBUILT=1`. Then `fastmace doctor` must say "host extension: prebuilt (...); no
+compiler needed", and:
+- on a GPU, tools/fastmace_smoke.py: a 20-step NVT of a 64-atom NaCl cell with a random-weight MACE
+  model, which must run on the hybrid backend with the prebuilt host extension;
+- without one, a stub libcuda.so.1 stands in for the driver and FastMACE's own calls run as far as a
+  CPU allows: prebuilt_extension() usable, prepare_in_process(), then `import openequivariance`
+  registers torch.ops.libtorch_tp_jit.
+The sentinel log must stay empty throughout.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, stub
+from .. import fetch, pins as pins_mod, proc, pythons, sentinels, stub
 from ..errors import OeqWheelsError, UsageError
-from ..oeq import wheel as oeqpy
+from ..output import extra_dir
 from ..verify import Verdict
 
-SMOKE = r"""
-import json, sys
-import fastmace_oeq_ext
-out = {"activate": fastmace_oeq_ext.activate()}
-import torch, openequivariance as oeq
-from openequivariance._torch import extlib
-out["built"] = bool(extlib.BUILT_EXTENSION)
-out["library"] = getattr(extlib.extension_module, "__file__", None)
-out["ops"] = [n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-              if hasattr(torch.ops.libtorch_tp_jit, n)]
-X_ir, Y_ir = oeq.Irreps("128x0e+128x1o+128x2e"), oeq.Irreps("1x0e+1x1o+1x2e+1x3o")
-instr, outs = [], []
-for i, (mul, ir1) in enumerate(X_ir):
-    for j, (_, ir2) in enumerate(Y_ir):
-        for ir3 in ir1 * ir2:
-            if ir3.l <= 3:
-                instr.append((i, j, len(outs), "uvu", True)); outs.append((mul, ir3))
-problem = oeq.TPProblem(X_ir, Y_ir, oeq.Irreps(outs), instr, shared_weights=False, internal_weights=False)
-out["weight_numel"] = problem.weight_numel
-out["cuda_available"] = torch.cuda.is_available()
-if not out["cuda_available"]:  # OEq's kernel setup exits the process without a device
-    out["stopped_at"] = "no CUDA device: TensorProduct kernels need a GPU (everything before them ran)"
-    out["status"] = fastmace_oeq_ext.status()
-    print("SMOKE " + json.dumps(out)); sys.exit(0)
-try:
-    tp = oeq.TensorProduct(problem, torch_op=True)
-    X = torch.randn(4, X_ir.dim, device="cuda"); Y = torch.randn(4, Y_ir.dim, device="cuda")
-    W = torch.randn(4, problem.weight_numel, device="cuda")
-    out["forward_norm"] = float(tp(X, Y, W).norm())
-    out["stopped_at"] = None
-except Exception as exc:  # expected without a GPU
-    out["stopped_at"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-out["status"] = fastmace_oeq_ext.status()
-print("SMOKE " + json.dumps(out))
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_SCRIPT = REPO / "tools" / "fastmace_smoke.py"
+
+# FastMACE's own calls, in the order a FastMACE run makes them; prints one JSON line (the tests use it too).
+FASTMACE_PROBE = r"""
+import json, os, sys, tempfile
+from fastmace.kernels import _oeq_runtime as rt
+from fastmace.cli import doctor
+out = {}
+pre = rt.prebuilt_extension()
+out["usable"], out["reason"], out["extension_version"] = pre.usable, pre.reason, pre.manifest.get("extension_version")
+item = doctor.check_oeq(doctor.Context(environ=os.environ, hash_models=False))
+out["doctor_ok"], out["doctor"] = item.ok, item.detail
+if pre.usable:
+    plan, handles = rt.prepare_in_process(tempfile.mkdtemp(prefix="fastmace-cache-"))
+    out["extension"] = plan.extension
+    import torch, openequivariance
+    from openequivariance._torch import extlib
+    out["ops"] = sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
+                        if hasattr(torch.ops.libtorch_tp_jit, n))
+    out["module"] = getattr(extlib.extension_module, "__file__", None)
+print("FASTMACE " + json.dumps(out))
 """
+PREBUILT_LINE = "host extension: prebuilt ("
 
 
-def judge(doctor_rc: int, doctor_out: str, smoke: dict | None, sentinel_log: str, gpu: bool) -> Verdict:
-    """Pass only with the prebuilt reported by the doctor, a working smoke and no compiler call."""
+def judge(doctor_rc: int, doctor_out: str, run: dict | None, sentinel_log: str, gpu: bool) -> Verdict:
+    """Pass only with the prebuilt reported by FastMACE's doctor, a working run and no compiler call."""
     reasons = []
-    if doctor_rc != 0 or not doctor_out.startswith("host extension: prebuilt ("):
-        reasons.append(f"doctor did not report the prebuilt (exit {doctor_rc}): {doctor_out.strip()[:300]}")
-    if smoke is None:
-        reasons.append("smoke run failed")
+    line = next((l.strip() for l in doctor_out.splitlines() if l.strip().startswith(PREBUILT_LINE)), None)
+    if line is None or not line.endswith("no compiler needed"):
+        reasons.append(f"fastmace doctor did not report the prebuilt (exit {doctor_rc}): "
+                       + next((l.strip() for l in doctor_out.splitlines() if "host extension" in l), doctor_out[-300:]))
+    if run is None:
+        reasons.append("the FastMACE run failed")
+    elif gpu:
+        ext = run.get("oeq_extension") or {}
+        if not run.get("ok") or run.get("backend") != "hybrid":
+            reasons.append(f"the NVT smoke did not run on the hybrid backend: {run.get('error') or run.get('backend')}")
+        if ext.get("source") != "prebuilt":
+            reasons.append(f"FastMACE did not use the prebuilt host extension: {ext}")
     else:
-        if not smoke.get("built") or smoke.get("status", {}).get("state") != "prebuilt":
-            reasons.append(f"OEq did not get the prebuilt library: {smoke.get('status')}")
-        if len(smoke.get("ops", [])) != 3:
-            reasons.append(f"operators missing under torch.ops.libtorch_tp_jit: {smoke.get('ops')}")
-        if gpu and smoke.get("forward_norm") is None:
-            reasons.append(f"TensorProduct failed on the GPU: {smoke.get('stopped_at')}")
+        if not run.get("usable"):
+            reasons.append(f"FastMACE refuses the prebuilt: {run.get('reason')}")
+        elif (run.get("extension") or {}).get("source") != "prebuilt":
+            reasons.append(f"FastMACE did not use the prebuilt: {run.get('extension')}")
+        elif len(run.get("ops", [])) != 3:
+            reasons.append(f"operators missing under torch.ops.libtorch_tp_jit: {run.get('ops')}")
     if sentinel_log.strip():
         reasons.append(f"a compiler or build tool was called: {sentinel_log.strip()[:300]}")
     return Verdict(Path("clean-install"), reasons)
@@ -85,53 +92,73 @@ def _python_for(arg: str | None) -> str:
     return pythons.find(arg or "3.11").executable
 
 
-def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) -> int:
+def _reachable(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url.rstrip("/") + "/torch/", timeout=10).close()
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, torch_index: str | None = None) -> int:
+    from . import hosts, site as site_mod
     pins = pins_mod.load()
     wheel_dir = wheel_dir.resolve()
     if not any(wheel_dir.glob("fastmace_oeq_ext-*.whl")):
         raise UsageError(f"clean-install: no fastmace_oeq_ext wheel in {wheel_dir}; build one first (make wheels)")
     base = _python_for(python)
+    interp_tag = proc.run([base, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="oeq-clean-install-"))
     log = work / "sentinel.log"
     venv, vpy = work / "venv", work / "venv" / "bin" / "python"
     say = lambda m: print(f"clean-install: {m}", flush=True)
+    sbin = sentinels.make(work / "sentinels", log)
+    # No configured indexes or caps: the steps are FastMACE's README's, with exactly the indexes named here.
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")
+           and not k.startswith(("PIP_", "UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))}
+    env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", CXX=str(sbin / "g++"),
+               FASTMACE_OEQ_PREBUILT="1", FASTMACE_CACHE=str(work / "fastmace-cache"),
+               TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"), PIP_CONFIG_FILE=os.devnull)
+    uv = [sys.executable, "-m", "uv"]
+    install = uv + ["pip", "install", "-q", "--python", str(vpy)]
     try:
-        say(f"fresh venv in {venv} ({base})")
-        proc.run([base, "-m", "venv", str(venv)], check=True)
-        pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        say(f"installing torch=={pins.matrix.torch_version} (CUDA {pins.matrix.cuda} build)")
-        _pip(pip + [f"torch=={pins.matrix.torch_version}"])
-        oeq_whl = oeqpy.build_pure(pins, work / "oeq", cache)
-        say(f"installing {oeq_whl.name} (OEq's Python package from the pinned sdist) and its dependencies")
-        _pip(pip + [str(oeq_whl)])
-        # Our package from WHEEL_DIR only: no index, no configured find-links.
-        env_only = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
-        env_only["PIP_CONFIG_FILE"] = os.devnull
-        _pip(pip + ["--no-index", "--find-links", str(wheel_dir), f"{pins.package_name}=={pins.version}"], env_only)
-        # The venv's own package: no PYTHONPATH (a checkout's runtime/ must not stand in for it).
-        site = Path(proc.run([str(vpy), "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
-                                   capture_output=True, text=True, check=True, env=env_only).stdout.strip())
-        env = _sentinel_env(work, log, venv)
+        say(f"fresh uv venv in {venv} ({base}); g++, c++, ninja and nvcc are sentinels from here on")
+        _run(uv + ["venv", "-q", "--python", base, str(venv)], env)
+        torch = f"torch=={pins.matrix.consumer_torch}"
+        index = torch_index or pins.consumer.torch_index
+        with _torch_index(index, pins, cache, interp_tag, work, say) as served:
+            say(f"{pins.fastmace_install_lines()[0]}  (as {torch}, from {served})")
+            _run(install + [torch, "--index-url", served, "--extra-index-url", "https://pypi.org/simple/",
+                            "--index-strategy", "unsafe-best-match"], env)
+        say(pins.fastmace_install_lines()[1])
+        _run(install + [f"cuequivariance-ops-torch-cu{pins.oeq_binary.cuda_major}"], env)
+        wheels = [*wheel_dir.glob("*.whl"), *extra_dir(wheel_dir).glob("*.whl")]
+        root = site_mod.write_site(work / "site", site_mod.from_outdir(extra_dir(wheel_dir), pins), pins)
+        with hosts.pages(root, "oeq-wheels") as base_url:
+            local = f"{base_url}{pins.oeq_binary.name}/simple/"
+            say(f"{pins.fastmace_install_lines()[2]}  (site served from {len(wheels)} local wheel(s))")
+            _run(install + [f"{pins.consumer.wheel.name}[oeq]=={pins.consumer.wheel.version}",
+                            "--extra-index-url", local], env)
         gpu = has_gpu()
-        if not gpu:
-            stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", work / "libcuda-stub").parent
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
-            say("no GPU here: a stub libcuda.so.1 stands in for the driver")
-        doc = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], capture_output=True, text=True, env=env, cwd=work)
-        say(f"doctor: {doc.stdout.strip()}")
-        sm = proc.run([str(vpy), "-W", "ignore", "-c", SMOKE], capture_output=True, text=True, env=env, cwd=work)
-        lines = [l for l in sm.stdout.splitlines() if l.startswith("SMOKE ")]
-        smoke = json.loads(lines[-1][6:]) if lines else None
-        if smoke:
-            say(f"smoke: OEq extension {'prebuilt' if smoke['built'] else 'NOT loaded'} from {smoke['library']}; "
-                f"ops {smoke['ops']}; MACE-like problem with {smoke['weight_numel']} weights; "
-                + (f"forward |Z|={smoke['forward_norm']:.4g}" if smoke.get("forward_norm") is not None
-                   else f"stopped at: {smoke['stopped_at']}"))
+        if gpu:
+            env["OEQ_CUDA_DRIVER_LIBRARY"] = _driver_torch_loads(vpy, env)
         else:
-            say(f"smoke failed:\n{sm.stderr[-3000:]}")
-        verdict = judge(doc.returncode, doc.stdout, smoke, log.read_text() if log.exists() else "", gpu)
+            ext = Path(proc.run([str(vpy), "-c", "import importlib.util as u; print(u.find_spec('fastmace_oeq_ext')"
+                                 ".submodule_search_locations[0])"], capture_output=True, text=True, check=True,
+                                env=env).stdout.strip())
+            stub_dir = stub.stub_for_library(ext / "libtorch_tp_jit.so", work / "libcuda-stub").parent
+            env.update(LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")])),
+                       OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / "libcuda.so.1"))
+            say("no GPU here: a stub libcuda.so.1 stands in for the driver")
+        doc = proc.run([str(venv / "bin" / "fastmace"), "doctor", "--no-hash"], capture_output=True, text=True,
+                       env=env, cwd=work)
+        line = next((l.strip() for l in doc.stdout.splitlines() if "host extension" in l), doc.stdout.strip()[-300:])
+        say(f"fastmace doctor: {line}")
+        result = _smoke(vpy, env, work, say) if gpu else _probe(vpy, env, work, say)
+        verdict = judge(doc.returncode, doc.stdout, result, log.read_text() if log.exists() else "", gpu)
         if verdict.ok:
-            say("PASS: prebuilt host extension, no compiler or build tool called")
+            say("PASS: FastMACE uses the prebuilt host extension; no compiler or build tool was called")
             return 0
         say("FAIL: " + "; ".join(verdict.problems))
         keep = True
@@ -143,22 +170,65 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False) ->
             shutil.rmtree(work, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _torch_index(index: str, pins: pins_mod.Pins, cache: Path, cp: str, work: Path, say):
+    """PyTorch's cu130 index where it answers; else a local stand-in serving PyPI's same binary under that
+    index's version (2.14.1+cu130). Yields the index URL."""
+    from . import hosts, reversion
+    if _reachable(index):
+        yield index
+        return
+    pin = pins.matrix.torch_wheel(cp)
+    files = fetch.ensure([pin], cache)
+    local = pins.matrix.consumer_torch.partition("+")[2]
+    standin = cache / "standins" / f"pytorch-{local}"
+    reversion.reversioned(files[pin.file], local, standin)
+    say(f"{index} cannot be reached: a local stand-in serves PyPI's {pin.file} as {pins.matrix.consumer_torch} "
+        "(the same binary)")
+    with hosts.pypiserver(standin, work / "torch-index.log") as root:
+        yield root + "simple/"
+
+
+def _run(cmd: list[str], env: dict) -> None:
+    """Run an installer quietly; show its output only when it fails."""
+    r = proc.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise OeqWheelsError(f"failed: {' '.join(map(str, cmd[2:]))}\n{(r.stdout + r.stderr)[-3000:]}")
+
+
+def _probe(vpy: Path, env: dict, work: Path, say) -> dict | None:
+    r = proc.run([str(vpy), "-W", "ignore", "-c", FASTMACE_PROBE], capture_output=True, text=True, env=env, cwd=work)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("FASTMACE ")]
+    if not lines:
+        say(f"FastMACE's calls failed:\n{r.stderr[-3000:]}")
+        return None
+    out = json.loads(lines[-1][len("FASTMACE "):])
+    say(f"FastMACE: prebuilt usable={out['usable']} ({out.get('extension_version')}); host extension "
+        f"{(out.get('extension') or {}).get('source')}; ops {out.get('ops')}; loaded {out.get('module')}")
+    return out
+
+
+def _smoke(vpy: Path, env: dict, work: Path, say) -> dict | None:
+    record = work / "smoke.json"
+    r = proc.run([str(vpy), str(SMOKE_SCRIPT), str(record)], capture_output=True, text=True, env=env, cwd=work)
+    if not record.is_file():
+        say(f"the NVT smoke wrote no record (exit {r.returncode}):\n{r.stderr[-3000:]}")
+        return None
+    out = json.loads(record.read_text())
+    ext = out.get("oeq_extension") or {}
+    say(f"NVT smoke: backend {out.get('backend')}, host extension {ext.get('source')} "
+        f"({ext.get('extension_version')}), {out.get('steps')} steps, exit {r.returncode}")
+    return out
+
+
+def _driver_torch_loads(vpy: Path, env: dict) -> str:
+    """The libcuda.so.1 torch maps: FastMACE searches a fixed list of folders, which may miss it."""
+    code = ("import torch; torch.cuda.init()\n"
+            "print(next(l.split()[-1] for l in open('/proc/self/maps') if 'libcuda.so' in l))")
+    return proc.run([str(vpy), "-c", code], capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+
 def has_gpu() -> bool:
     """An NVIDIA GPU answers here (else a stub libcuda.so.1 stands in for the driver)."""
     return shutil.which("nvidia-smi") is not None and \
         proc.run(["nvidia-smi"], capture_output=True).returncode == 0
-
-
-def _pip(cmd: list[str], env: dict | None = None) -> None:
-    """Run pip quietly; show its output only when it fails."""
-    r = proc.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise OeqWheelsError(f"pip failed: {' '.join(cmd[3:])}\n{(r.stdout + r.stderr)[-3000:]}")
-
-
-def _sentinel_env(work: Path, log: Path, venv: Path) -> dict:
-    d = sentinels.make(work / "sentinels", log)
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
-    env.update(PATH=f"{d}{os.pathsep}{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", FASTMACE_OEQ_PREBUILT="1",
-               TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"))
-    return env

@@ -136,7 +136,8 @@ def _check_set(wheels: list[Path], version: str, pythons: tuple[str, ...], what:
 
 
 def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]]:
-    """(fastmace-oeq-ext wheels in OUTDIR, openequivariance wheels in OUTDIR-extra), complete; else ReleaseError."""
+    """(fastmace-oeq-ext wheels in OUTDIR, the served wheels in OUTDIR-extra: binary openequivariance and the
+    fastmace-oeq-ext builds that name it), complete; else ReleaseError."""
     by_name, problems = wheels_in(outdir)
     ours = by_name.pop(canonicalize_name(pins.package_name), [])
     problems += [f"{w.name} does not belong in {outdir} (only {pins.package_name} wheels are uploaded from it)"
@@ -146,6 +147,15 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     by_name, more = wheels_in(extra) if extra.is_dir() else ({}, [])
     problems += more
     oeq = by_name.pop("openequivariance", [])
+    # The fastmace-oeq-ext builds that name a binary OEq line: served from that line's index, never uploaded.
+    served_ext = by_name.pop(canonicalize_name(pins.package_name), [])
+    problems += [f"{w.name} does not belong in {extra}" for ws in by_name.values() for w in ws]
+    for vp in pins.ext_variants[1:]:
+        mine = [w for w in served_ext if str(parse_wheel_filename(w.name)[1]) == vp.version]
+        problems += _check_set(mine, vp.version, vp.matrix.pythons, f"{pins.package_name} {vp.variant}")
+    wanted = {vp.version for vp in pins.ext_variants[1:]}
+    problems += [f"{w.name} is of no pinned {pins.package_name} variant ({', '.join(sorted(wanted))})"
+                 for w in served_ext if str(parse_wheel_filename(w.name)[1]) not in wanted]
     by_line: dict[str, list[Path]] = {line.name: [] for line in pins.oeq_lines}
     for w in oeq:
         line = line_of(str(parse_wheel_filename(w.name)[1]), pins)
@@ -159,7 +169,7 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
                                f"openequivariance {line.name}")
     if problems:
         raise ReleaseError("refusing to publish: " + "; ".join(problems))
-    return ours, oeq
+    return ours, oeq + sorted(served_ext)
 
 
 def write_sha256sums(wheels: list[Path], where: Path) -> Path:
@@ -195,7 +205,8 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     target = redact(repository_url) if repository_url else (repository or "pypi")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
-              f"the {len(oeq)} openequivariance wheel(s) go to the GitHub release and its site only "
+              f"the {len(oeq)} served wheel(s) (openequivariance and its lines' {pins.package_name}) go to the "
+              "GitHub release and its site only "
               "(files already on the index are checked at upload time)")
         return 0
     index = index_for(upload_target(repository, repository_url), index_url)

@@ -37,10 +37,14 @@ class RehearsalError(OeqWheelsError):
 
 
 def readme_commands(pins: pins_mod.Pins, readme: Path = README) -> list[str]:
-    """README's install lines for users: every `pip install` line that names the site."""
+    """README's install lines for users: every `pip install` line of its "For users" section that names the
+    site (the FastMACE section's steps are the clean-install check's, `tools/release/clean_install.sh`)."""
     if not readme.is_file():
         raise UsageError(f"{readme} is missing; the rehearsal runs README's install lines (run it from a checkout)")
-    return [line.strip() for line in readme.read_text().splitlines()
+    text = readme.read_text()
+    start = text.find("\n## For users\n")
+    section = text[start:].split("\n## ", 2)[1] if start >= 0 else ""
+    return [line.strip() for line in section.splitlines()
             if line.strip().startswith("pip install ") and pins.site_url in line]
 
 
@@ -66,7 +70,10 @@ def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
     """Fetch every link of every line's index and flat page; one line per file checked. Raises on any miss."""
     seen = []
     for line in pins.oeq_lines:
-        for page in (f"{base}{line.name}/simple/openequivariance/", f"{base}{line.name}/links.html"):
+        projects = _Links()
+        projects.feed(_get(f"{base}{line.name}/simple/").decode())
+        pages = [urljoin(f"{base}{line.name}/simple/", a["href"]) for a in projects.links]
+        for page in (*pages, f"{base}{line.name}/links.html"):
             parser = _Links()
             parser.feed(_get(page).decode())
             if not parser.links:

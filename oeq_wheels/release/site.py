@@ -8,6 +8,7 @@ SITE/
   files/<wheel>.metadata                   its METADATA (PEP 658/714: resolvers read it, not the wheel)
   <line>/simple/index.html                 PEP 503 project list (line: cu130, cu128)
   <line>/simple/openequivariance/          PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
+  <line>/simple/fastmace-oeq-ext/          the same for the fastmace-oeq-ext build that names this line's OEq
   <line>/links.html                        a flat page for `--find-links`
 
 Why the wheels live on the site and not behind release-asset links: GitHub renames release
@@ -61,13 +62,18 @@ class Wheel:
     sha256: str
 
 
+def projects(pins: pins_mod.Pins) -> tuple[str, ...]:
+    """What a line's index serves: binary OpenEquivariance, and the fastmace-oeq-ext builds that name it."""
+    return (PROJECT, canonicalize_name(pins.package_name))
+
+
 def line_of_file(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
     """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...)."""
     try:
         project, version, _, _ = parse_wheel_filename(name)
     except InvalidWheelFilename:
         return None
-    if canonicalize_name(project) != PROJECT or version.local is None:
+    if canonicalize_name(project) not in projects(pins) or version.local is None:
         return None
     # A rebuild bumps the label's last number (cu13.1 -> cu13.2): the line is the label's CUDA part.
     return next((l for l in pins.oeq_lines if str(version.local).startswith(l.local_version.rsplit(".", 1)[0] + ".")),
@@ -145,34 +151,44 @@ def _page(title: str, body: str) -> str:
             f"content=\"1.1\"><title>{html.escape(title)}</title></head>\n<body>\n{body}</body></html>\n")
 
 
-def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: dict[str, bytes]) -> None:
+def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: dict[str, bytes],
+                names: tuple[str, ...]) -> None:
     simple = site / line.name / "simple"
-    proj = simple / PROJECT
-    proj.mkdir(parents=True)
-    files_rel = "../../../files/"   # from <line>/simple/openequivariance/
-    anchors, files_json = [], []
-    for w in wheels:
-        href = quote(w.name)  # '+' -> %2B: hosts that read '+' in a path as a space still find the file
-        md = hashlib.sha256(meta[w.name]).hexdigest()
-        rp = _requires_python(w.name)
-        anchors.append((href, w, md, rp))
-        files_json.append({"filename": w.name, "url": files_rel + href, "hashes": {"sha256": w.sha256},
-                           "requires-python": rp, "core-metadata": {"sha256": md},
-                           "dist-info-metadata": {"sha256": md}, "size": w.path.stat().st_size})
-    links = "".join(f'<a href="{html.escape(files_rel + href)}#sha256={w.sha256}" '
-                    f'data-requires-python="{html.escape(rp)}" data-core-metadata="sha256={md}" '
-                    f'data-dist-info-metadata="sha256={md}">{html.escape(w.name)}</a><br/>\n'
-                    for href, w, md, rp in anchors)
-    (proj / "index.html").write_text(_page(f"Links for {PROJECT}", f"<h1>Links for {PROJECT}</h1>\n{links}"))
-    versions = sorted({str(parse_wheel_filename(w.name)[1]) for w in wheels})
-    (proj / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": PROJECT,
-                                                 "versions": versions, "files": files_json}, indent=1) + "\n")
-    (simple / "index.html").write_text(_page("Simple index", f'<a href="{PROJECT}/">{PROJECT}</a><br/>\n'))
+    files_rel = "../../../files/"   # from <line>/simple/<project>/
+    served, all_anchors = [], []
+    for project in names:
+        mine = [w for w in wheels if canonicalize_name(parse_wheel_filename(w.name)[0]) == project]
+        if not mine:
+            continue
+        served.append(project)
+        proj = simple / project
+        proj.mkdir(parents=True)
+        anchors, files_json = [], []
+        for w in mine:
+            href = quote(w.name)  # '+' -> %2B: hosts that read '+' in a path as a space still find the file
+            md = hashlib.sha256(meta[w.name]).hexdigest()
+            rp = _requires_python(w.name)
+            anchors.append((href, w, md, rp))
+            files_json.append({"filename": w.name, "url": files_rel + href, "hashes": {"sha256": w.sha256},
+                               "requires-python": rp, "core-metadata": {"sha256": md},
+                               "dist-info-metadata": {"sha256": md}, "size": w.path.stat().st_size})
+        links = "".join(f'<a href="{html.escape(files_rel + href)}#sha256={w.sha256}" '
+                        f'data-requires-python="{html.escape(rp)}" data-core-metadata="sha256={md}" '
+                        f'data-dist-info-metadata="sha256={md}">{html.escape(w.name)}</a><br/>\n'
+                        for href, w, md, rp in anchors)
+        (proj / "index.html").write_text(_page(f"Links for {project}", f"<h1>Links for {project}</h1>\n{links}"))
+        versions = sorted({str(parse_wheel_filename(w.name)[1]) for w in mine})
+        (proj / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": project,
+                                                     "versions": versions, "files": files_json}, indent=1) + "\n")
+        all_anchors += anchors
+    simple.mkdir(parents=True, exist_ok=True)
+    (simple / "index.html").write_text(_page("Simple index", "".join(f'<a href="{p}/">{p}</a><br/>\n'
+                                                                     for p in served)))
     (simple / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"},
-                                                   "projects": [{"name": PROJECT}]}, indent=1) + "\n")
+                                                   "projects": [{"name": p} for p in served]}, indent=1) + "\n")
     flat = "".join(f'<a href="../files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}</a><br/>\n'
-                   for href, w, _md, _rp in anchors)
-    (site / line.name / "links.html").write_text(_page(f"{PROJECT} wheels, {line.name}", flat))
+                   for href, w, _md, _rp in all_anchors)
+    (site / line.name / "links.html").write_text(_page(f"{line.name} wheels", flat))
 
 
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
@@ -194,6 +210,8 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
     wheels = _merge(wheels)
     if not wheels:
         raise SiteError("no openequivariance wheel to serve; build first (make wheels) or pass a release's assets")
+    if not any(canonicalize_name(parse_wheel_filename(w.name)[0]) == PROJECT for w in wheels):
+        raise SiteError("no openequivariance wheel to serve; build first (make wheels) or pass a release's assets")
     site = Path(site)
     site.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=site.parent, prefix=f".{site.name}."))
@@ -207,7 +225,7 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
             (files / f"{w.name}.metadata").write_bytes(meta[w.name])
         by_line = {l.name: [w for w in wheels if line_of_file(w.name, pins) is l] for l in pins.oeq_lines}
         for line in pins.oeq_lines:
-            _write_line(tmp, line, by_line[line.name], meta)
+            _write_line(tmp, line, by_line[line.name], meta, projects(pins))
         (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
         (tmp / ".nojekyll").write_text("")
         (tmp / "index.html").write_text(_landing(pins, {k: len(v) for k, v in by_line.items()}))

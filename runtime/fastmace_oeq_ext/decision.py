@@ -198,6 +198,7 @@ def environment(environ=None) -> dict:
     cuda_home = cuda_home_guess(environ)
     return {
         "torch_version": build.get("__version__"), "torch_cuda": build.get("cuda"), "torch_hip": build.get("hip"),
+        "torch_distribution": _dist_version("torch"),
         "torch_site": build.get("site"), "cxx11_abi": _torch_cxx11_abi(),
         "oeq_version": _dist_version("openequivariance"), "oeq_extlib": _oeq_extlib(),
         "oeq_build": _oeq_build_record(),
@@ -252,6 +253,72 @@ def check(manifest_path: Path | None = None, environment: dict | None = None) ->
                                f"{m.library_sha256[:12]}... (damaged or replaced)", None)
     return Decision(True, f"matches torch {env['torch_version']}, openequivariance {m.oeq_version}, "
                           f"{m.python_tag}, Linux x86_64", str(so))
+
+
+# ---------------------------------------------------------------- the consumer
+@dataclass(frozen=True)
+class ConsumerVerdict:
+    """What FastMACE will do with this prebuilt: use it, or not (why, and the command that fixes it)."""
+
+    consumer: str         # e.g. "FastMACE 1.0.0"
+    uses: bool
+    reason: str | None
+    fix: str | None
+
+    def line(self) -> str:
+        if self.uses:
+            return f"{self.consumer}: uses this prebuilt; no compiler needed"
+        return f"{self.consumer}: will not use this prebuilt: {self.reason}; instead: {self.fix}"
+
+
+def _fastmace_own(environ) -> tuple[bool, str | None] | None:
+    """FastMACE's own prebuilt_extension() verdict (None when its code cannot be imported here)."""
+    try:
+        from fastmace.kernels import _oeq_runtime as rt  # stdlib-only module; reads the manifest, imports nothing
+        res = rt.prebuilt_extension(environ)
+    except Exception:  # an older or broken FastMACE: the rule it documents stands in
+        return None
+    return res.usable, res.reason
+
+
+def consumer_verdict(env: dict, environ=None, manifest_path: Path | None = None) -> ConsumerVerdict | None:
+    """What the installed FastMACE will do with this prebuilt; None when FastMACE is not installed."""
+    environ = os.environ if environ is None else environ
+    version = _dist_version("fastmace")
+    if version is None:
+        return None
+    name = f"FastMACE {version}"
+    try:
+        m = load_manifest(manifest_path or MANIFEST)
+    except (OSError, ManifestError) as exc:
+        return ConsumerVerdict(name, False, f"this prebuilt's manifest is unreadable ({exc})",
+                               "pip install --force-reinstall fastmace-oeq-ext")
+    own = _fastmace_own(environ)
+    uses, reason = own if own is not None else (None, m.consumer_refusal(env))
+    if uses is None:
+        uses = reason is None
+    if uses:
+        return ConsumerVerdict(name, True, None, None)
+    if reason and reason.startswith(f"{ENV_PREBUILT}="):
+        return ConsumerVerdict(name, False, reason, f"unset {ENV_PREBUILT}")
+    return ConsumerVerdict(name, False, reason, _consumer_fix(m, env))
+
+
+def _consumer_fix(m: Manifest, env: dict) -> str:
+    """The command after which FastMACE accepts this prebuilt (or the matching build of it)."""
+    line = cuda_line(env.get("torch_cuda"))
+    site = binary_index_url()
+    index = f" --extra-index-url {site}{line}/simple/" if site and line else ""
+    installed_torch, oeq = env.get("torch_distribution") or "", env.get("oeq_version") or ""
+    if installed_torch != m.torch:
+        # The same release without the local label is PyPI's copy of the same binary: only the label differs.
+        no_deps = " --no-deps" if installed_torch.split("+")[0] == m.torch.split("+")[0] else ""
+        return f"pip install --force-reinstall{no_deps} torch=={m.torch} --index-url {m.torch_index}"
+    if oeq != m.openequivariance:
+        if "+" in oeq:  # our binary OEq: the build of fastmace-oeq-ext that names it is on that line's index
+            return f"pip install --upgrade {m.package}{index}"
+        return f"pip install --force-reinstall --no-deps openequivariance=={m.openequivariance}{index}"
+    return f"pip install --force-reinstall 'fastmace[oeq]'{index}"
 
 
 # ---------------------------------------------------------------- the decision

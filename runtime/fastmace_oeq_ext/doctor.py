@@ -59,9 +59,15 @@ def main(argv=None, out=None) -> int:
             print(f"host extension: unusable; {exc}", file=out)
         return 1
     line, extra, rc = verdict(res, env)
+    consumer = r.consumer_verdict(env)  # what FastMACE, which forces OEq's JIT path, will do
+    if consumer is not None:
+        extra = [consumer.line(), *extra]
     if args.json:
         print(json.dumps({"host_extension": res.chosen.name if res.chosen and not res.error else None,
                           "verdict": line, "mode": res.mode, "error": res.error,
+                          "consumer": None if consumer is None else
+                          {"name": consumer.consumer, "uses_prebuilt": consumer.uses, "reason": consumer.reason,
+                           "fix": consumer.fix},
                           "candidates": [{"name": c.name, "taken": c.taken, "reason": c.reason, "path": c.path}
                                          for c in res.candidates]}, indent=2), file=out)
         return rc

@@ -3,14 +3,27 @@
 Standard library only (it ships in the wheel). `Manifest.from_json` refuses any
 malformed field with a ManifestError that names it, so a damaged manifest is a
 reason, never a crash.
+
+FastMACE reads the same file (fastmace.kernels._oeq_runtime.prebuilt_extension) and
+knows the keys of 0.7.0.post1's manifest only: CONSUMER_KEYS. Each of them is written
+in post1's value format beside our own fields; the ones that repeat one of our fields
+under post1's name (ALIASES) are derived when written and must agree when read.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
 
-SCHEMA = 2
+SCHEMA = 3
+# The binary OEq wheel's build record keeps its own schema: its format did not change.
+OEQ_BUILD_SCHEMA = 2
 FILE_NAME = "manifest.json"
+# Every key of the published 0.7.0.post1 manifest, which FastMACE 1.0.0 reads.
+CONSUMER_KEYS = ("compiler", "cuda", "extension_version", "glibc_max_symbol", "library", "openequivariance",
+                 "platform", "pybind11", "python", "sha256", "torch")
+# post1's name -> the field that holds the same value.
+ALIASES = {"extension_version": "version", "platform": "platform_tag", "python": "python_tag",
+           "sha256": "library_sha256"}
 # The binary openequivariance wheel records its build in its .dist-info under this name.
 OEQ_BUILD_FILE = "oeq_wheels_build.json"
 
@@ -33,7 +46,11 @@ class Input:
 class Manifest:
     package: str                 # distribution name, e.g. fastmace-oeq-ext
     version: str                 # its version
-    oeq_version: str
+    variant: str                 # the OpenEquivariance it is for: "pypi" (PyPI's release) or an OEq line (cu130)
+    openequivariance: str        # that OEq's exact distribution version (FastMACE compares it exactly)
+    torch: str                   # torch's exact distribution version in the install it is for (e.g. 2.14.1+cu130)
+    torch_index: str             # where that torch comes from (FastMACE's README: PyTorch's cu130 index)
+    oeq_version: str             # the OEq release whose sources it is built from
     oeq_sdist: Input
     torch_version: str           # release, e.g. 2.14.1
     torch_local: str             # local tag of the CUDA build, e.g. cu130
@@ -46,21 +63,43 @@ class Manifest:
     platform_tag: str            # the wheel's platform tag, proven by auditwheel
     library: str                 # file name beside the manifest
     library_sha256: str
+    glibc_max_symbol: str        # the newest GLIBC symbol version the library needs, e.g. GLIBC_2.14
     extension_name: str          # the name OEq asks torch.utils.cpp_extension.load for
     cuda_wheels: tuple[Input, ...]
-    pybind11: Input
-    compiler: str
+    pybind11: str                # its version (post1's format)
+    pybind11_wheel: Input
+    compiler: str                # GCC <__VERSION__>, as post1 says it
     cxx_std: str
     flags: tuple[str, ...]
     matrix: str
 
     def to_json(self) -> str:
-        data = {"schema": SCHEMA, **asdict(self)}
+        data = {"schema": SCHEMA, **asdict(self), **{k: getattr(self, f) for k, f in ALIASES.items()}}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
-        return _from_json(cls, text)
+        m = _from_json(cls, text)
+        data = json.loads(text)
+        for key, name in ALIASES.items():
+            if data.get(key) != getattr(m, name):
+                raise ManifestError(f"field {key!r} is {data.get(key)!r} but {name!r} is {getattr(m, name)!r}")
+        return m
+
+    def consumer_refusal(self, env: dict) -> str | None:
+        """Why FastMACE 1.0.0 will not use this prebuilt here, in its own words; None when it will.
+
+        Its rule (prebuilt_extension): the exact distribution versions of torch and OpenEquivariance,
+        the CPython tag and Linux x86_64. env keys: torch_distribution, oeq_version, python_tag,
+        system, machine. The tests hold this to FastMACE's own function.
+        """
+        if not (env.get("system") or "").lower().startswith("linux") or env.get("machine") not in ("x86_64", "AMD64"):
+            return f"fastmace-oeq-ext is for Linux x86_64, not {env.get('system')} {env.get('machine')}"
+        for key, have in (("torch", env.get("torch_distribution")), ("openequivariance", env.get("oeq_version")),
+                          ("python", env.get("python_tag"))):
+            if getattr(self, ALIASES.get(key, key)) != have:
+                return f"fastmace-oeq-ext was built for {key} {getattr(self, ALIASES.get(key, key))}, installed is {have}"
+        return None
 
     def mismatch(self, env: dict) -> str | None:
         """Why this build does not fit env, in one line; None when it does exactly.
@@ -121,11 +160,11 @@ class OeqBuild:
     compiler: str
 
     def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, **asdict(self)}, indent=2, sort_keys=True) + "\n"
+        return json.dumps({"schema": OEQ_BUILD_SCHEMA, **asdict(self)}, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> "OeqBuild":
-        return _from_json(cls, text)
+        return _from_json(cls, text, OEQ_BUILD_SCHEMA)
 
     def serves(self, torch_version: str | None, torch_cuda: str | None) -> str | None:
         """Why this build cannot serve the installed torch; None when it can."""
@@ -143,15 +182,15 @@ class OeqBuild:
         return None
 
 
-def _from_json(cls, text: str):
+def _from_json(cls, text: str, schema: int = SCHEMA):
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ManifestError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ManifestError("not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise ManifestError(f"schema {data.get('schema')!r}, this runtime reads schema {SCHEMA}")
+    if data.get("schema") != schema:
+        raise ManifestError(f"schema {data.get('schema')!r}, this runtime reads schema {schema}")
     values = {}
     for f in fields(cls):
         if f.name not in data:

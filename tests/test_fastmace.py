@@ -1,0 +1,189 @@
+"""The consumer itself: FastMACE 1.0.0's own code decides whether its users get our prebuilt.
+
+In a venv with torch 2.14.1+cu130 (PyPI's binary, re-versioned as PyTorch's cu130 index serves
+it: that index cannot be reached here) and FastMACE 1.0.0 (pinned by sha256 in pins.toml):
+- post1's world: OEq 0.7.0 as the sdist build leaves it and the real fastmace-oeq-ext 0.7.0.post1;
+  FastMACE accepts post1, and `pip install -U fastmace-oeq-ext` to ours keeps it accepting;
+- the compiler-free install: our binary OEq and the fastmace-oeq-ext build that names it, from the
+  served cu130 index, with every compiler a sentinel;
+each time FastMACE's prebuilt_extension() is usable, its prepare_in_process() then `import
+openequivariance` registers torch.ops.libtorch_tp_jit with nothing compiled, and its doctor's
+OpenEquivariance check prints the prebuilt line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+
+import pytest
+
+from oeq_wheels import fetch, pins as P
+from oeq_wheels.ext import consumer
+from oeq_wheels.output import extra_dir
+from oeq_wheels.release import cleaninstall, hosts, site
+
+pytestmark = pytest.mark.slow
+
+PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them
+
+
+def pip_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
+
+
+def pip(venv, *args, path_prefix=None):
+    env = pip_env()
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
+    r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return r
+
+
+def ask_fastmace(venv, sentinels, libcuda_stub, tmp_path):
+    sbin, log = sentinels
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")}
+    env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{env['PATH']}", FASTMACE_OEQ_PREBUILT="1",
+               CXX=str(sbin / "g++"), OEQ_CUDA_DRIVER_LIBRARY=str(libcuda_stub / "libcuda.so.1"),
+               LD_LIBRARY_PATH=str(libcuda_stub), TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"),
+               FASTMACE_CACHE=str(tmp_path / "fastmace-cache"))
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", PROBE], capture_output=True, text=True,
+                       env=env, cwd=str(tmp_path))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("FASTMACE ")]
+    assert lines, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    out = json.loads(lines[-1][len("FASTMACE "):])
+    out["sentinel_log"] = log.read_text() if log.exists() else ""
+    return out
+
+
+def assert_accepted(out, version):
+    assert out["usable"] and out["reason"] is None, out
+    assert out["extension_version"] == version
+    assert out["doctor_ok"], out["doctor"]
+    assert f"host extension: prebuilt (fastmace-oeq-ext {version}, " in out["doctor"], out["doctor"]
+    assert out["doctor"].rstrip().endswith("no compiler needed"), out["doctor"]
+    assert out["extension"]["source"] == "prebuilt" and out["extension"]["version"] == version
+    assert out["ops"] == ["jit_conv_forward", "jit_tp_backward", "jit_tp_forward"], out
+    assert out["module"].endswith("site-packages/fastmace_oeq_ext/libtorch_tp_jit.so"), out
+    assert out["sentinel_log"] == ""  # nothing was compiled, nothing was even tried
+
+
+@pytest.fixture(scope="session")
+def post1_wheel(cache, tmp_path_factory):
+    """The owner's published fastmace-oeq-ext 0.7.0.post1 for cp311 (the real one, by its sha256)."""
+    pin = P.Pinned("fastmace-oeq-ext", "0.7.0.post1", "fastmace_oeq_ext-0.7.0.post1-cp311-cp311-manylinux_2_28_x86_64.whl",
+                   "a8eb73dd6bcdfda8c016917c54b9d88caa3449c526b059dff7d87ae3e15f4f8f")
+    return fetch.ensure([pin], cache)[pin.file]
+
+
+def test_fastmace_accepts_post1_then_ours_after_upgrade(fastmace_venv, post1_wheel, cp311_wheel, cp311_plain_oeq,
+                                                        sentinels, libcuda_stub, tmp_path):
+    pins = P.load()
+    pip(fastmace_venv, "--no-deps", "--force-reinstall", str(cp311_plain_oeq), str(post1_wheel))
+    out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
+    assert_accepted(out, "0.7.0.post1")  # the harness is post1's world: FastMACE takes post1 here
+    # `pip install -U fastmace-oeq-ext` from PyPI (a stand-in serving our release, the rest from PyPI).
+    packages = tmp_path / "pypi"
+    packages.mkdir()
+    (packages / cp311_wheel.name).write_bytes(cp311_wheel.read_bytes())
+    with hosts.pypi_standin(packages, tmp_path / "pypi.log") as index:
+        pip(fastmace_venv, "-U", "fastmace-oeq-ext", "--index-url", index, path_prefix=sentinels[0])
+    out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
+    assert_accepted(out, pins.version)
+
+
+def test_fastmace_accepts_the_compiler_free_install(fastmace_venv, cp311_wheel, sentinels, libcuda_stub, tmp_path):
+    pins = P.load()
+    line = pins.oeq_binary
+    subprocess.run([str(fastmace_venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", "openequivariance",
+                    "fastmace-oeq-ext"], env=pip_env(), capture_output=True)
+    root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
+    with hosts.pages(root, "oeq-wheels") as base:
+        # README's FastMACE line (fastmace itself is installed already; its other dependencies are not needed).
+        r = pip(fastmace_venv, "fastmace-oeq-ext", "openequivariance>=0.7", "--extra-index-url",
+                f"{base}{line.name}/simple/", path_prefix=sentinels[0])
+    assert not sentinels[1].exists(), sentinels[1].read_text()
+    out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
+    assert_accepted(out, pins.for_variant(line.name).version)
+    versions = subprocess.run([str(fastmace_venv / "bin" / "python"), "-c",
+                               "import importlib.metadata as m; print(m.version('openequivariance'), m.version('torch'))"],
+                              capture_output=True, text=True).stdout.split()
+    assert versions == [line.version(pins.oeq.version), pins.matrix.consumer_torch], r.stdout
+    # Our doctor says what FastMACE will do.
+    doc = subprocess.run([str(fastmace_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert doc.stdout.splitlines()[1] == "FastMACE 1.0.0: uses this prebuilt; no compiler needed", doc.stdout
+
+
+def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq_venv, cache, tmp_path):
+    """PyPI's torch says 2.14.1, not 2.14.1+cu130: FastMACE 1.0.0 refuses the prebuilt, and we say so in one line."""
+    pins = P.load()
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    target = tmp_path / "fastmace"
+    pip(oeq_venv, "--no-deps", "--target", str(target), *(str(files[w.file]) for w in pins.consumer.wheels))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=str(target)))
+    assert r.stdout.splitlines()[1] == (
+        "FastMACE 1.0.0: will not use this prebuilt: fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is "
+        "2.14.1; instead: pip install --force-reinstall --no-deps torch==2.14.1+cu130 --index-url "
+        "https://download.pytorch.org/whl/cu130"), r.stdout
+    j = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext", "--json"], capture_output=True,
+                       text=True, env=dict(env, PYTHONPATH=str(target)))
+    assert json.loads(j.stdout)["consumer"]["uses_prebuilt"] is False
+    # Without FastMACE the doctor says nothing of it.
+    r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
+                       env=env)
+    assert "FastMACE" not in r.stdout
+
+
+def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
+    """FastMACE's own prebuilt_extension() judges every fastmace-oeq-ext wheel in the install it is for."""
+    pins = P.load()
+    files = consumer.wheel_files(cp311_wheel)
+    assert consumer.problems(files, "3.11", pins) == []
+    # post3's manifest: none of the keys FastMACE reads.
+    old = {k: v for k, v in json.loads(files["fastmace_oeq_ext/manifest.json"]).items()
+           if k not in ("torch", "openequivariance", "python", "extension_version")}
+    bad = dict(files, **{"fastmace_oeq_ext/manifest.json": json.dumps(old).encode()})
+    (line,) = consumer.problems(bad, "3.11", pins)
+    assert line == ("fastmace 1.0.0 would not use this wheel with torch 2.14.1+cu130 and openequivariance 0.7.0: "
+                    "fastmace-oeq-ext was built for torch None, installed is 2.14.1+cu130")
+    # PyPI's torch says 2.14.1: FastMACE refuses even post1's exact manifest there (its own words).
+    answer = consumer.ask(files, "3.11", pins, torch="2.14.1")
+    assert answer["reason"] == "fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1"
+    # The line's build names our binary OEq; FastMACE refuses it beside PyPI's OEq and takes it beside ours.
+    (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*+*.whl")
+    sfiles = consumer.wheel_files(served)
+    assert consumer.problems(sfiles, "3.11", pins.for_variant("cu130")) == []
+    assert consumer.ask(sfiles, "3.11", pins)["reason"] == (
+        "fastmace-oeq-ext was built for openequivariance 0.7.0+oeqwheels.cu13.1, installed is 0.7.0")
+
+
+def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_path):
+    """A wheel whose manifest FastMACE cannot accept fails the gate, with FastMACE's reason."""
+    from oeq_wheels.ext.verify import verify_wheel
+    bad = tmp_path / cp311_wheel.name
+    with zipfile.ZipFile(cp311_wheel) as src, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "fastmace_oeq_ext/manifest.json":
+                data = data.replace(b'"2.14.1+cu130"', b'"2.14.1"')  # PyPI's torch version: FastMACE refuses
+            dst.writestr(info, data)
+    from wheel.wheelfile import WheelFile  # rewrite RECORD so that only the manifest's content is wrong
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    with zipfile.ZipFile(bad) as zf:
+        zf.extractall(fixed)
+    bad.unlink()
+    with WheelFile(bad, "w") as wf:
+        wf.write_files(str(fixed))
+    v = verify_wheel(bad, twine=False)
+    assert any(p.startswith("fastmace 1.0.0 would not use this wheel with torch 2.14.1+cu130 and openequivariance "
+                            "0.7.0: fastmace-oeq-ext was built for torch 2.14.1, installed is 2.14.1+cu130")
+               for p in v.problems), v.problems
