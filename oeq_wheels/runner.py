@@ -7,14 +7,54 @@ build inside the container is this same CLI with --runner host.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import OeqWheelsError, UsageError
 from .progress import say
 
 RUN_CONTAINER = Path(__file__).resolve().parent.parent / "tools" / "release" / "oeq_wheels" / "run_container.sh"
+IMAGE_FILE = Path(__file__).resolve().parent.parent / "docker" / "IMAGE"
+PULL_TIMEOUT = 600  # seconds: the pinned image is ~1 GB; an unreachable registry fails in seconds
+
+
+class ImageUnavailable(OeqWheelsError):
+    """The engine answers but has the build image neither locally nor through a pull."""
+
+
+def image() -> str:
+    """The build image: OEQ_WHEELS_IMAGE, else the pinned one (docker/IMAGE)."""
+    pinned = next((l.strip() for l in IMAGE_FILE.read_text().splitlines() if l.strip() and not l.startswith("#")), "")
+    return os.environ.get("OEQ_WHEELS_IMAGE") or pinned
+
+
+def pull_cause(stderr: str) -> str:
+    """The reason in an engine's pull error, short: 'quay.io: no such host', 'manifest unknown', ..."""
+    text = " ".join(stderr.split())
+    text = re.sub(r"^.*?Error(?: response from daemon)?:\s*", "", text, flags=re.I) or text
+    host = re.search(r"https?://([^/\"]+)/", text)
+    last = text.rsplit(": ", 1)[-1].strip().rstrip(".")
+    return f"{host.group(1)}: {last}" if host and host.group(1) not in last else last or "no reason given"
+
+
+def ensure_image(name: str | None = None) -> str:
+    """The build image present in the engine, pulled if needed; else ImageUnavailable naming the cause."""
+    name = name or image()
+    client = engine()
+    if subprocess.run([client, "image", "inspect", name], capture_output=True).returncode == 0:
+        return name
+    say(f"oeq-wheels: pulling {name} with {client} (once; later runs reuse it)")
+    try:
+        r = subprocess.run([client, "pull", name], capture_output=True, text=True, timeout=PULL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ImageUnavailable(f"the build image {name} is not in {client}'s store and pulling it took over "
+                               f"{PULL_TIMEOUT} s") from None
+    if r.returncode != 0:
+        raise ImageUnavailable(f"the build image {name} is not in {client}'s store and cannot be pulled "
+                               f"({pull_cause(r.stderr or r.stdout)})")
+    return name
 
 
 def engine() -> str:
@@ -30,11 +70,20 @@ def _engine_answers() -> bool:
 
 
 def choose(runner: str) -> str:
-    """'host' or 'docker' for --runner auto|host|docker."""
+    """'host' or 'docker' for --runner auto|host|docker. auto means whatever works here: the container when
+    the engine answers and has (or can pull) the image, else this host, with a one-line notice."""
     if runner == "host":
         return "host"
     if _engine_answers():
-        return "docker"
+        try:
+            ensure_image()
+            return "docker"
+        except ImageUnavailable as exc:
+            if runner == "auto":
+                say(f"oeq-wheels: {exc}; building on this host instead (--runner host)")
+                return "host"
+            raise UsageError(f"{exc}; pull it where its registry is reachable, set OEQ_WHEELS_IMAGE to an image "
+                             f"{engine()} has, or build with --runner host") from None
     if runner == "auto":
         say(f"oeq-wheels: no container engine answers '{engine()} info'; building on this host (--runner host)")
         return "host"

@@ -1,107 +1,254 @@
-"""The container runner, through a stand-in docker client (bubblewrap) on a machine with no engine."""
+"""The container runner against real engines: Debian's dockerd (the test command's own, on a private
+socket) and podman, with the pinned image where it can be pulled, else the local test image
+(tests/engine.py), whose compiler is the host's, so that its wheels equal the host runner's."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+import engine as test_image
 from conftest import REPO
 from oeq_wheels import pins as P
 from oeq_wheels.ext.verify import verify_wheel
 from oeq_wheels.oeq.verify import verify_oeq_binary
+from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
-STANDIN = str(REPO / "tests/docker_standin/docker")
+REAL = os.environ.get("OEQ_WHEELS_TEST_ENGINE")  # docker: the engine `docker` reaches; private: test.sh's own
+NO_ENGINE = "no real container engine (the test command starts one as root with apt-get; see tools/ci/engine.sh)"
 
 
-@pytest.fixture(scope="module")
-def standin(tmp_path_factory):
-    if not shutil.which("bwrap"):
-        pytest.fail("bubblewrap is needed for the container tests: apt-get install bubblewrap")
-    return tmp_path_factory.mktemp("standin")
+def clients():
+    out = []
+    if REAL:
+        out.append("docker")
+    if os.environ.get("OEQ_WHEELS_TEST_PODMAN"):
+        out.append("podman")
+    return out or ["none"]
 
 
-def seeded_env(root: Path, cache: Path, work_volume: str) -> dict:
-    """Environment for build.sh with the stand-in, its work volume holding the pinned downloads
-    (as a volume does after an earlier run; nothing else carries over)."""
-    dl = root / "volumes" / work_volume / "cache" / "downloads"
-    dl.mkdir(parents=True, exist_ok=True)
-    for f in (cache / "downloads").iterdir():
-        if f.is_file() and not f.name.endswith(".verified") and not (dl / f.name).exists():
-            try:
-                os.link(f, dl / f.name)
-            except OSError:  # another filesystem
-                shutil.copy2(f, dl / f.name)
-    return dict(os.environ, DOCKER=STANDIN, STANDIN_ROOT=str(root), OEQ_WHEELS_WORK_VOLUME=work_volume)
+class Engine:
+    """One engine for a module: its client, the image, and the work volume every build reuses."""
+
+    def __init__(self, kind, cache):
+        self.kind = kind
+        self.client = "docker" if kind == "docker" else os.environ["OEQ_WHEELS_TEST_PODMAN"]
+        pinned = pinned_image()
+        if REAL == "docker" and kind == "docker":  # CI: the runner's Docker with the pulled pinned image
+            self.image, self.identical = pinned, False
+        else:
+            self.image, self.identical = test_image.ensure(self.client, cache), True
+        tag = f"{os.getpid()}-{kind}"
+        self.work, self.out = f"oeqt-work-{tag}", f"oeqt-out-{tag}"
+
+    def env(self, **more):
+        e = dict(os.environ, DOCKER=self.client, OEQ_WHEELS_IMAGE=self.image, OEQ_WHEELS_WORK_VOLUME=self.work,
+                 OEQ_WHEELS_OUT_VOLUME=self.out)
+        e.update(more)
+        return e
+
+    def ours(self):
+        """Containers of ours that exist (running or not)."""
+        r = subprocess.run([self.client, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+        return [n for n in r.stdout.split() if n.startswith("oeq-wheels-")]
+
+    def cleanup(self):
+        subprocess.run([self.client, "volume", "rm", "-f", self.work, self.out], capture_output=True)
+
+
+def pinned_image():
+    return next(l.strip() for l in (REPO / "docker/IMAGE").read_text().splitlines() if l.strip() and not l.startswith("#"))
+
+
+@pytest.fixture(scope="module", params=clients())
+def eng(request, cache):
+    if request.param == "none":
+        pytest.skip(NO_ENGINE)
+    e = Engine(request.param, cache)
+    yield e
+    e.cleanup()
+
+
+def build(eng, out, *args, env=None, timeout=1800):
+    """build.sh OUTDIR ARGS (or ARGS OUTDIR when the first is --last); returns (result, seconds)."""
+    t0 = time.monotonic()
+    argv = [BUILD, *args[1:], str(out)] if args and args[0] == "--last" else [BUILD, str(out), *args]
+    r = subprocess.run(argv, env=env or eng.env(), capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - t0
 
 
 def git_status():
     return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True).stdout
 
 
-def test_docker_runner_builds_the_same_wheel_as_the_host(standin, cache, cp311_wheel, tmp_path):
+@pytest.mark.slow
+def test_container_build_equals_the_host_build_and_reuses_its_volume(eng, cp311_wheel, tmp_path, capsys):
     before = git_status()
-    env = seeded_env(standin, cache, "work-a")
-    out = tmp_path / "out"
-    # OUTDIR first, options after: the container runner finds OUTDIR wherever it stands.
-    r = subprocess.run([BUILD, str(out), "--python", "3.11"], env=env, capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr[-4000:]
-    image = [l for l in (REPO / "docker/IMAGE").read_text().splitlines() if not l.startswith("#")][0]
-    assert f"image {image}" in r.stderr
-    (whl,) = out.glob("*.whl")
-    assert whl.name == cp311_wheel.name
-    assert whl.read_bytes() == cp311_wheel.read_bytes()  # same bytes as the host runner's build
-    from oeq_wheels.output import extra_dir
-    oeq = sorted(extra_dir(out).glob("openequivariance-*.whl"))
-    host_oeq = sorted(extra_dir(cp311_wheel.parent).glob("openequivariance-*.whl"))
-    assert len(oeq) == len(P.load().oeq_lines) and [w.name for w in oeq] == [w.name for w in host_oeq]
-    assert [w.read_bytes() for w in oeq] == [w.read_bytes() for w in host_oeq]  # every OEq line
-    v = verify_wheel(whl)
-    assert v.ok, v.problems
-    assert not list(out.glob(".incoming*"))
+    first, t1 = build(eng, tmp_path / "a", "--runner", "docker", "--python", "3.11")
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert f"image {eng.image}" in first.stderr
+    host = {w.name: w.read_bytes() for d in (cp311_wheel.parent, extra_dir(cp311_wheel.parent)) for w in d.glob("*.whl")}
+    got = {w.name: w.read_bytes() for d in (tmp_path / "a", extra_dir(tmp_path / "a")) for w in d.glob("*.whl")}
+    assert sorted(got) == sorted(host)
+    if eng.identical:  # the same compiler as the host: the same bytes
+        assert got == host
+    else:  # the pinned image's gcc-toolset differs from this host's: the names match, every wheel passes the gate
+        assert all(verify_wheel(w).ok for w in (tmp_path / "a").glob("*.whl"))
+        assert all(verify_oeq_binary(w, P.load()).ok for w in extra_dir(tmp_path / "a").glob("openequivariance-*.whl"))
     assert git_status() == before  # nothing written into the repository
-    log = (standin / "runs" / "log").read_text()
-    assert image in log and '"/' not in log.split('"volumes"')[1].split("]")[0]  # volumes only, no bind mounts
+    # The second run reuses the work volume: no download, every object from the cache.
+    second, t2 = build(eng, tmp_path / "b", "--runner", "docker", "--python", "3.11")
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "downloading" not in second.stderr and re.search(r"\[cp311\] compile +ok .*2/2 from cache", second.stderr)
+    assert {w.name: w.read_bytes() for w in (tmp_path / "b").glob("*.whl")} == \
+        {n: b for n, b in got.items() if (tmp_path / "a" / n).exists()}
+    assert not eng.ours()
+    with capsys.disabled():
+        print(f"\n[{eng.kind}] container build: first {t1:.1f} s, second {t2:.1f} s (volume reused)")
 
 
-def test_failing_compile_in_container_leaves_no_wheel(standin, cache, tmp_path):
-    env = seeded_env(standin, cache, "work-a")
-    env["OEQ_WHEELS_CONTAINER_CXX"] = "g++ -include /nonexistent/forced-failure.h"
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_the_container_and_writes_nothing(eng, tmp_path, sig):
     out = tmp_path / "out"
-    r = subprocess.run([BUILD, "--runner", "docker", "--python", "3.11", str(out)], env=env, capture_output=True,
-                       text=True, timeout=1200)
+    p = subprocess.Popen([BUILD, "--python", "3.11", "--runner", "docker", str(out)], env=eng.env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen, deadline = "", time.monotonic() + 600
+    while time.monotonic() < deadline:  # wait until the build runs inside the container
+        line = p.stderr.readline()
+        seen += line
+        if "[all] fetch" in line or not line:
+            break
+    time.sleep(2)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, seen + err
+    assert "interrupted" in err
+    assert not list(out.glob("*.whl")) and not list(extra_dir(out).glob("*.whl")) and not list(out.glob(".incoming*"))
+    assert not eng.ours(), eng.ours()  # no container of ours left, running or stopped
+
+
+@pytest.mark.slow
+def test_no_clobber_and_options_in_any_order(eng, cp311_wheel, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    squatter = out / cp311_wheel.name
+    squatter.write_bytes(b"not the same wheel")
+    r, _ = build(eng, out, "--last", "--python", "3.11", "--runner", "docker")  # OUTDIR last
+    assert r.returncode == 1 and "already exists with different content" in r.stderr, r.stderr[-2000:]
+    assert squatter.read_bytes() == b"not the same wheel"
+    r, _ = build(eng, out, "--force", "--runner", "docker", "--python", "3.11")  # OUTDIR first
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert squatter.read_bytes() != b"not the same wheel" and verify_wheel(squatter).ok
+
+
+@pytest.mark.slow
+def test_failing_compile_in_container_leaves_no_wheel(eng, tmp_path):
+    out = tmp_path / "out"
+    r, _ = build(eng, out, "--runner", "docker", "--python", "3.11",
+                 env=eng.env(OEQ_WHEELS_CONTAINER_CXX="g++ -include /nonexistent/forced-failure.h"))
     assert r.returncode != 0
     assert "forced-failure.h" in r.stderr and "no wheel written" in r.stderr
     assert not list(out.glob("*.whl")) and not list(out.glob(".incoming*"))
 
 
-def test_interrupt_stops_the_container_and_writes_nothing(standin, cache, tmp_path):
-    env = seeded_env(standin, cache, "work-interrupt")  # no objects yet: the compile takes a while
-    out = tmp_path / "out"
-    p = subprocess.Popen([BUILD, "--python", "3.11", str(out)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    seen = ""
-    while time.monotonic() < deadline:  # wait until the build runs inside the container
-        line = p.stderr.readline()
-        seen += line
-        if "[all] unpack" in line or not line:
-            break
-    time.sleep(3)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 130, seen + err
-    assert "interrupted" in err
-    assert not list(out.glob("*.whl")) and not list(out.glob(".incoming*"))
-    assert not list((standin / "containers").glob("*"))
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "work-interrupt:/work" not in ps
+def last_line(r):
+    return r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_an_image_that_cannot_be_pulled_is_one_line_and_auto_falls_back(eng, tmp_path):
+    missing = "quay.io/pypa/oeq-wheels-test-no-such-image:1"
+    r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11", env=eng.env(OEQ_WHEELS_IMAGE=missing))
+    line = last_line(r)
+    assert r.returncode == 2 and took < 120, r.stderr
+    assert missing in line and "cannot be pulled (" in line and "--runner host" in line and "OEQ_WHEELS_IMAGE" in line
+    assert "Traceback" not in r.stderr and "tar:" not in r.stderr and not (tmp_path / "out").exists()
+    # auto: whatever works here, so the host runner, with a notice (its own output check then refuses OUTDIR).
+    (tmp_path / "file").write_text("")
+    r, _ = build(eng, tmp_path / "file" / "out", "--python", "3.11", env=eng.env(OEQ_WHEELS_IMAGE=missing))
+    assert "cannot be pulled" in r.stderr and "building on this host instead (--runner host)" in r.stderr
+    assert r.returncode == 2 and "cannot create output directory" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("volume", ["v", "-bad"])
+def test_a_volume_name_the_engine_rejects_is_one_line(eng, tmp_path, volume):
+    r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11",
+                    env=eng.env(OEQ_WHEELS_WORK_VOLUME=volume))
+    assert r.returncode == 2 and took < 60
+    assert f"volume name '{volume}' is not one a container engine accepts" in last_line(r)
+    assert not (tmp_path / "out").exists() and not eng.ours()
+
+
+@pytest.mark.slow
+def test_a_full_work_volume_is_one_line(eng, tmp_path):
+    full = f"oeqt-full-{os.getpid()}"
+    # A 48 MiB tmpfs volume (nr_blocks: podman 4.3 takes size= for a quota); the tool venv alone needs more.
+    subprocess.run([eng.client, "volume", "create", "--opt", "type=tmpfs", "--opt", "device=tmpfs", "--opt",
+                    "o=nr_blocks=12288", full], check=True, capture_output=True)
+    try:
+        out = tmp_path / "out"
+        r, _ = build(eng, out, "--runner", "docker", "--python", "3.11", env=eng.env(OEQ_WHEELS_WORK_VOLUME=full))
+        assert r.returncode != 0
+        assert f"the disk behind volume {full} is full (No space left on device)" in last_line(r), r.stderr[-3000:]
+        assert f"volume rm {full}" in last_line(r)
+        assert not list(out.glob("*.whl")) and not list(out.glob(".incoming*")) and not eng.ours()
+    finally:
+        subprocess.run([eng.client, "volume", "rm", "-f", full], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_daemon_that_dies_mid_build_is_one_line(cache, tmp_path):
+    """A second private dockerd of this test's own, stopped while the container runs."""
+    if REAL != "private":
+        pytest.skip("needs the test command's own dockerd (tools/ci/engine.sh)")
+    run = Path(tempfile.mkdtemp(prefix="oeqt-dockerd-"))
+    sock = f"unix://{run}/docker.sock"
+    data = run / "data"  # removed with it: what the killed build had downloaded goes too
+    d = subprocess.Popen(["dockerd", "-H", sock, "--data-root", str(data), "--exec-root", str(run / "exec"),
+                          "--pidfile", str(run / "pid"), "--iptables=false", "--ip6tables=false", "--bridge=none"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(os.environ, DOCKER_HOST=sock)
+    try:
+        for _ in range(60):
+            if subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        image = test_image.ensure("docker", cache, env=env)
+        env.update(DOCKER="docker", OEQ_WHEELS_IMAGE=image, OEQ_WHEELS_WORK_VOLUME="oeqt-dies",
+                   OEQ_WHEELS_OUT_VOLUME="oeqt-dies-out")
+        out = tmp_path / "out"
+        p = subprocess.Popen([BUILD, str(out), "--runner", "docker", "--python", "3.11"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = ""
+        for line in p.stderr:  # the container is running once the build inside speaks
+            seen += line
+            if "bootstrap:" in line or "oeq-wheels:" in line:
+                break
+        d.terminate()  # dockerd stops: as when the engine is quit or restarted under a running build
+        d.wait(60)
+        _, err = p.communicate(timeout=120)
+        lines = (seen + err).strip().splitlines()
+        assert p.returncode != 0
+        assert "the container engine stopped answering during the build" in lines[-1], lines[-5:]
+        assert not list(out.glob("*.whl")) and not list(out.glob(".incoming*"))
+    finally:
+        if d.poll() is None:
+            d.terminate()
+            d.wait(60)
+        for m in sorted((l.split()[1] for l in Path("/proc/mounts").read_text().splitlines()
+                         if l.split()[1].startswith(str(run))), reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)  # dockerd's netns mount outlives it
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def test_runner_docker_without_engine_is_a_clear_error(tmp_path):
@@ -120,11 +267,20 @@ def test_auto_falls_back_to_the_host_with_a_notice(tmp_path):
 
 
 def test_bad_python_is_refused_before_choosing_a_runner(tmp_path):
-    env = dict(os.environ, DOCKER=STANDIN, STANDIN_ROOT=str(tmp_path / "root"))
+    env = dict(os.environ, DOCKER="/bin/false")
     r = subprocess.run([BUILD, "--runner", "docker", "--python", "3.99", str(tmp_path / "out")], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Python 3.99 is not in matrix" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_pull_errors_say_their_cause_in_a_few_words():
+    from oeq_wheels.runner import pull_cause
+    docker = ('Error response from daemon: Get "https://quay.io/v2/": dial tcp: lookup quay.io on 127.0.0.11:53: '
+              'no such host')
+    assert pull_cause(docker) == "quay.io: no such host"
+    assert pull_cause("Error: initializing source docker://x:1: reading manifest 1 in x: manifest unknown") == \
+        "manifest unknown"
 
 
 @pytest.mark.parametrize("order", ["outdir-first", "outdir-last"])
@@ -134,33 +290,10 @@ def test_runner_receives_outdir_and_options_in_any_order(tmp_path, order):
     opts = ["--python", "3.12,3.11", "--force", "--runner", "docker", "--jobs", "3"]
     argv = [str(out), *opts] if order == "outdir-first" else [*opts, str(out)]
     probe = (f"import sys, json; from oeq_wheels import cli, runner; runner._engine_answers = lambda: True; "
+             f"runner.ensure_image = lambda *a: 'image'; "
              f"runner.exec_container = lambda a: print(json.dumps(a)) or sys.exit(0); "
              f"sys.exit(cli.main({['build', *argv]!r}))")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
                        env=dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'runtime'}"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [str(out), "--python", "3.12,3.11", "--force", "--jobs", "3"]
-
-
-@pytest.mark.skipif(os.environ.get("OEQ_WHEELS_TEST_ENGINE") != "docker",
-                    reason="needs a real container engine; OEQ_WHEELS_TEST_ENGINE=docker enables it (test.yml sets it)")
-def test_real_engine_with_the_pinned_image_builds_verified_wheels(cp311_wheel, cp311_oeq_wheel, tmp_path):
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        pytest.fail("OEQ_WHEELS_TEST_ENGINE=docker, but 'docker info' fails")
-    tag = f"{os.getpid()}-{int(time.time())}"
-    volumes = [f"oeq-wheels-test-work-{tag}", f"oeq-wheels-test-out-{tag}"]
-    env = dict(os.environ, DOCKER="docker", OEQ_WHEELS_WORK_VOLUME=volumes[0], OEQ_WHEELS_OUT_VOLUME=volumes[1])
-    out = tmp_path / "out"
-    try:
-        r = subprocess.run([BUILD, str(out), "--runner", "docker", "--python", "3.11"], env=env,
-                           capture_output=True, text=True, timeout=3000)
-        assert r.returncode == 0, r.stderr[-4000:]
-        from oeq_wheels.output import extra_dir
-        (whl,) = out.glob("*.whl")
-        oeq = sorted(extra_dir(out).glob("openequivariance-*.whl"))
-        # The image's compiler differs from this host's, so the names match, not the bytes; all pass the gate.
-        assert whl.name == cp311_wheel.name and cp311_oeq_wheel.name in [w.name for w in oeq]
-        assert len(oeq) == len(P.load().oeq_lines)
-        assert verify_wheel(whl).ok and all(verify_oeq_binary(w, P.load()).ok for w in oeq)
-    finally:
-        subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True)

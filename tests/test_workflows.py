@@ -133,7 +133,7 @@ def test_tests_run_once_per_change_and_are_callable_by_the_release():
     assert "concurrency" in wf
     job = wf["jobs"]["test"]
     runs = " ".join(step.get("run", "") for step in job["steps"])
-    assert "make test" in runs and "apparmor_restrict_unprivileged_userns=0" in runs and "docker pull" in runs
+    assert "make test" in runs and "docker pull" in runs
     assert job["env"]["OEQ_WHEELS_TEST_ENGINE"] == "docker"
     (cache,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@")]
     assert "hashFiles('oeq_wheels/pins.toml')" in cache["with"]["key"]

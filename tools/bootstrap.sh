@@ -29,10 +29,13 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   rm -rf "$VENV"
   mkdir -p "$CACHE"
   "$base" -m venv "$VENV"
+  # The log lives in TMPDIR, not beside the venv: on a full disk pip could not write it there.
+  log="$(mktemp "${TMPDIR:-/tmp}/oeq-wheels-bootstrap.XXXXXX")"
   if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r "$LOCK" \
-       >"$VENV/pip.log" 2>&1; then
-    cat "$VENV/pip.log" >&2; echo "bootstrap: installing the pinned tools failed (log above)" >&2; exit 1
+       >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; echo "bootstrap: installing the pinned tools failed (log above)" >&2; exit 1
   fi
+  rm -f "$log"
   touch "$VENV/.complete"
 fi
 echo "$VENV/bin/python"

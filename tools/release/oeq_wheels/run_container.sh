@@ -5,6 +5,9 @@
 # as a tar stream on stdin, scratch (tool venv, pinned downloads, object cache) lives in
 # the volume $OEQ_WHEELS_WORK_VOLUME, the wheels come back from $OEQ_WHEELS_OUT_VOLUME
 # as a tar stream. Nothing is written into the repository.
+# OEQ_WHEELS_DOCKER_NETWORK names the containers' network (e.g. host, where the engine has no
+# bridge). The build writes /out/RESULT last: an engine's exit status alone is not trusted (podman
+# 4.3's docker-compatible API returns 0 whatever the container's exit code, containers/podman#18889).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 DOCKER="${DOCKER:-docker}"
@@ -12,6 +15,13 @@ IMAGE="${OEQ_WHEELS_IMAGE:-$(grep -v '^#' "$REPO/docker/IMAGE" | head -n1)}"
 WORK_VOL="${OEQ_WHEELS_WORK_VOLUME:-fastmace-oeq-ext-work}"
 OUT_VOL="${OEQ_WHEELS_OUT_VOLUME:-fastmace-oeq-ext-out}"
 [ $# -ge 1 ] || { echo "usage: run_container.sh OUTDIR [build options] (called by oeq-wheels build --runner docker)" >&2; exit 2; }
+# Docker's rule for volume names; it refuses others (a one-letter name), and then mounts nothing.
+for v in "$WORK_VOL" "$OUT_VOL"; do
+  [[ "$v" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]+$ ]] || {
+    echo "build.sh: volume name '$v' is not one a container engine accepts; set OEQ_WHEELS_WORK_VOLUME and OEQ_WHEELS_OUT_VOLUME to names of two or more letters, digits, '_', '.' or '-'" >&2; exit 2; }
+done
+net=()
+[ -n "${OEQ_WHEELS_DOCKER_NETWORK:-}" ] && net=(--network "$OEQ_WHEELS_DOCKER_NETWORK")
 outdir="$1"; shift
 args=("$@"); force=0
 for a in "$@"; do [ "$a" = --force ] && force=1; done
@@ -20,9 +30,15 @@ mkdir -p "$outdir" "$extra" || { echo "build.sh: cannot create output directory 
 [ -w "$outdir" ] && [ -w "$extra" ] || { echo "build.sh: output directory $outdir or $extra is not writable" >&2; exit 2; }
 name="oeq-wheels-$$-$RANDOM"
 incoming="$(mktemp -d "$outdir/.incoming.XXXXXX")"
+errlog="$(mktemp "${TMPDIR:-/tmp}/oeq-wheels-container.XXXXXX")"
 job=""
 
-cleanup() { rm -rf "$incoming"; }
+cleanup() { rm -rf "$incoming" "$errlog"; }
+engine_gone() { ! "$DOCKER" info >/dev/null 2>&1; }
+# Free space in the work volume, in KiB (a failed write may leave no message: pip cannot write its log).
+volume_free_kb() {
+  "$DOCKER" run --rm "${net[@]}" -v "$WORK_VOL:/work" "$IMAGE" df -Pk /work 2>/dev/null | awk 'NR == 2 { print $4; f = 1 } END { if (!f) print 999999999 }'
+}
 on_signal() {
   echo "build.sh: interrupted; stopping container $name, no wheel written to $outdir" >&2
   "$DOCKER" kill "$name" >/dev/null 2>&1 || true
@@ -34,17 +50,23 @@ trap on_signal INT TERM
 trap cleanup EXIT
 
 echo "build.sh: container runner, image $IMAGE (client: $DOCKER; volumes $WORK_VOL, $OUT_VOL)" >&2
-"$DOCKER" volume create "$WORK_VOL" >/dev/null
-"$DOCKER" volume create "$OUT_VOL" >/dev/null
+"$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1 || {
+  echo "build.sh: the build image $IMAGE is not in $DOCKER's store; pull it, set OEQ_WHEELS_IMAGE, or build with --runner host" >&2; exit 1; }
+for v in "$WORK_VOL" "$OUT_VOL"; do  # podman's create refuses an existing volume; docker's is idempotent
+  "$DOCKER" volume inspect "$v" >/dev/null 2>&1 && continue
+  out="$("$DOCKER" volume create "$v" 2>&1 >/dev/null)" || {
+    echo "build.sh: $DOCKER refuses volume $v (${out##*: }); set OEQ_WHEELS_WORK_VOLUME / OEQ_WHEELS_OUT_VOLUME to another name" >&2; exit 1; }
+done
 
 envs=(-e OEQ_WHEELS_CACHE=/work/cache)
 [ -n "${OEQ_WHEELS_CONTAINER_CXX:-}" ] && envs+=(-e "CXX=$OEQ_WHEELS_CONTAINER_CXX")
 
 # The working tree as git sees it (tracked and untracked-but-not-ignored files).
 ( cd "$REPO" && git ls-files -z --cached --others --exclude-standard | tar --null --no-recursion -T - -cf - ) |
-  "$DOCKER" run --rm -i --name "$name" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
+  "$DOCKER" run --rm -i --name "$name" "${net[@]}" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
     bash -c 'set -euo pipefail; rm -rf /work/src /out/*; mkdir -p /work/src; tar -C /work/src -xf -
-             exec bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out/dist "$@"' bash "${args[@]}" &
+             bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out/dist "$@"
+             echo ok > /out/RESULT' bash "${args[@]}" 2> >(tee "$errlog" >&2) &
 job=$!
 set +e
 wait "$job"
@@ -52,10 +74,19 @@ rc=$?
 set -e
 job=""
 if [ "$rc" -ne 0 ]; then
-  echo "build.sh: the container build failed (exit $rc); no wheel written to $outdir" >&2
+  if engine_gone; then
+    echo "build.sh: the container engine stopped answering during the build (exit $rc); no wheel written to $outdir; start it again and rerun (volume $WORK_VOL keeps the downloads and objects)" >&2
+  elif grep -q "No space left on device" "$errlog" || [ "$(volume_free_kb)" -lt 20480 ]; then
+    echo "build.sh: the disk behind volume $WORK_VOL is full (No space left on device); no wheel written to $outdir; free space for $DOCKER or remove the volume ($DOCKER volume rm $WORK_VOL) and rerun" >&2
+  else
+    echo "build.sh: the container build failed (exit $rc); no wheel written to $outdir" >&2
+  fi
   exit "$rc"
 fi
-"$DOCKER" run --rm -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | tar -C "$incoming" -xf -
+"$DOCKER" run --rm "${net[@]}" -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | tar -C "$incoming" -xf - || {
+  echo "build.sh: could not copy the wheels out of volume $OUT_VOL; no wheel written to $outdir" >&2; exit 1; }
+[ "$(cat "$incoming/RESULT" 2>/dev/null)" = ok ] || {
+  echo "build.sh: the container exited 0 but the build did not report success (no /out/RESULT); not trusting it, no wheel written to $outdir" >&2; exit 1; }
 shopt -s nullglob
 wheels=("$incoming"/dist/*.whl)
 oeq=("$incoming"/dist-extra/*.whl)
@@ -73,4 +104,4 @@ for w in "${wheels[@]}"; do mv -f "$w" "$outdir/"; done
 for f in "${oeq[@]}" "$incoming"/dist-extra/REPORT.md "$incoming"/dist-extra/REPORT.json; do
   [ -e "$f" ] && mv -f "$f" "$extra/"
 done
-echo "build.sh: ${#wheels[@]} fastmace-oeq-ext wheel(s) in $outdir, ${#oeq[@]} openequivariance wheel(s) in $extra, from image $IMAGE" >&2
+echo "build.sh: ${#wheels[@]} fastmace-oeq-ext wheel(s) in $outdir, ${#oeq[@]} served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) in $extra, from image $IMAGE" >&2

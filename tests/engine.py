@@ -1,0 +1,102 @@
+"""The container tests' image where the pinned one cannot be pulled: a manylinux-shaped Debian 12.
+
+The pinned quay.io/pypa/manylinux_2_28_x86_64 is used wherever it can be had (CI's test.yml pulls
+it). Elsewhere (no registry but PyPI and Debian's) this image stands in: `debootstrap
+--variant=minbase` of Debian 12 with g++, binutils, make, git, tar and bash, and this machine's
+CPythons at /opt/python/cpXY-cpXY, as manylinux images lay them out. Its compiler is the host's
+(Debian's g++ 12), so its wheels must equal the host runner's byte for byte. It trusts what this
+host trusts (its CA bundle, e.g. a TLS-terminating proxy's, and pip is told so), since the build
+inside downloads the pinned inputs. Its name, oeq-wheels-test/debian12-standin:<content key>, can
+never be mistaken for the pinned image. The root file system is cached by that key.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from oeq_wheels import pythons
+
+SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+PACKAGES = ("g++", "binutils", "make", "git", "tar", "bash", "ca-certificates", "xz-utils", "libssl3", "libffi8",
+            "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g", "libreadline8", "libncursesw6", "libgdbm6", "libuuid1")
+PYTHONS = ("3.11", "3.12")   # the build's (3.11) and the tools' (build_in_container.sh prefers cp312)
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+REPOSITORY = "oeq-wheels-test/debian12-standin"
+
+
+def _interpreters() -> list[pythons.Interpreter]:
+    return [pythons.find(v) for v in PYTHONS]
+
+
+def key() -> str:
+    """What the image holds: the recipe, the CPythons (and their install prefixes) and the host's CA bundle."""
+    found = [(i.version, i.full_version, _prefix(i.executable)) for i in _interpreters()]
+    ca = hashlib.sha256(HOST_CA.read_bytes()).hexdigest() if HOST_CA.is_file() else None
+    return hashlib.sha256(json.dumps([SUITE, MIRROR, PACKAGES, found, ca]).encode()).hexdigest()[:16]
+
+
+def tag() -> str:
+    return f"{REPOSITORY}:{key()}"
+
+
+def _prefix(python: str) -> str:
+    return subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def rootfs(cache: Path) -> Path:
+    """The image's root file system as a tar, built once per key (debootstrap: ~1 min)."""
+    out = cache / "test-image" / f"rootfs-{key()}.tar"
+    if out.is_file():
+        return out
+    if not shutil.which("debootstrap"):
+        raise RuntimeError("debootstrap is missing (apt-get install debootstrap); the test command installs it as root")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="oeq-wheels-rootfs-", dir=out.parent) as tmp:
+        root = Path(tmp) / "root"
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR],
+                       check=True, capture_output=True)
+        for interp in _interpreters():
+            prefix = _prefix(interp.executable)  # kept at its own path: its libpython is found by an absolute RUNPATH
+            dest = root / prefix.lstrip("/")
+            shutil.copytree(prefix, dest, symlinks=True, ignore=_skip_site_packages(prefix))
+            cp = interp.cp_tag
+            (root / "opt" / "python").mkdir(parents=True, exist_ok=True)
+            os.symlink(prefix, root / "opt" / "python" / f"{cp}-{cp}")
+        if HOST_CA.is_file():
+            shutil.copyfile(HOST_CA, root / "etc" / "ssl" / "certs" / "ca-certificates.crt")
+            (root / "etc" / "pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+        part = out.with_name(out.name + f".{os.getpid()}.part")
+        with tarfile.open(part, "w") as tf:
+            tf.add(root, arcname=".")
+        os.replace(part, out)
+    return out
+
+
+def _skip_site_packages(prefix: str):
+    """The interpreters as installed, without what was pip-installed into them (venvs bring their own)."""
+    def ignore(directory, names):
+        d = Path(directory)
+        if d.name == "site-packages" and d.parent.parent == Path(prefix) / "lib":
+            return [n for n in names if n != "README.txt"]
+        if d.name.startswith("python3.") and d.parent == Path(prefix) / "lib":
+            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
+        return [n for n in names if n == "__pycache__"]
+    return ignore
+
+
+def ensure(client: str, cache: Path, env: dict | None = None) -> str:
+    """The test image in the engine of `client` (docker, or a podman wrapper): imported once per key."""
+    name = tag()
+    if subprocess.run([client, "image", "inspect", name], capture_output=True, env=env).returncode == 0:
+        return name
+    tar = rootfs(cache)
+    with open(tar, "rb") as f:
+        subprocess.run([client, "import", "-", name], stdin=f, check=True, capture_output=True, env=env)
+    return name

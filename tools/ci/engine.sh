@@ -1,0 +1,98 @@
+# Sourced by tools/ci/test.sh: a real container engine for the container-runner tests.
+#
+# OEQ_WHEELS_TEST_ENGINE=docker (CI's test.yml, which pulls the pinned image) uses the engine that
+# `docker` reaches as it is. Otherwise the tests get an engine of their own: as root with apt,
+# Debian's docker.io (and podman with runc, and debootstrap for the test image), and a dockerd on
+# a private socket with its own data and exec roots (--iptables=false --ip6tables=false
+# --bridge=none, overlay2 else vfs), stopped by its pid at the end. A daemon on the default socket
+# is never used or touched. Where that cannot be had, one line says so and those tests skip.
+engine_up() {
+  ENGINE_PID=""
+  ENGINE_RUN=""
+  if [ "${OEQ_WHEELS_TEST_ENGINE:-}" = docker ]; then
+    echo "test.sh: container tests use the engine 'docker' reaches (OEQ_WHEELS_TEST_ENGINE=docker)" >&2
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: no container engine of our own (needs root and apt-get); the real-engine tests skip" >&2
+    return 0
+  fi
+  local need=()
+  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+  command -v podman >/dev/null 2>&1 || need+=(podman)
+  command -v runc >/dev/null 2>&1 || need+=(runc)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "test.sh: installing ${need[*]} (Debian packages) for the container-runner tests" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; }; } >/dev/null 2>&1 ||
+      { echo "test.sh: could not install ${need[*]}; the real-engine tests skip" >&2; return 0; }
+  fi
+  ENGINE_RUN="$(mktemp -d /tmp/oeq-wheels-engine.XXXXXX)"
+  local cache="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}" driver sock
+  sock="unix://$ENGINE_RUN/docker.sock"
+  for driver in overlay2 vfs; do
+    # Images and volumes persist in the cache (the test image is imported once); one daemon at a time.
+    mkdir -p "$cache/dockerd-$driver"
+    dockerd -H "$sock" --data-root "$cache/dockerd-$driver" --exec-root "$ENGINE_RUN/exec" \
+      --pidfile "$ENGINE_RUN/dockerd.pid" --iptables=false --ip6tables=false --bridge=none \
+      --storage-driver "$driver" >"$ENGINE_RUN/dockerd-$driver.log" 2>&1 &
+    ENGINE_PID=$!
+    local i
+    for i in $(seq 60); do
+      DOCKER_HOST="$sock" docker info >/dev/null 2>&1 && break
+      kill -0 "$ENGINE_PID" 2>/dev/null || break
+      sleep 0.5
+    done
+    if DOCKER_HOST="$sock" docker info >/dev/null 2>&1; then
+      export DOCKER_HOST="$sock" OEQ_WHEELS_TEST_ENGINE=private OEQ_WHEELS_DOCKER_NETWORK=host
+      echo "test.sh: our own dockerd (pid $ENGINE_PID, $driver, $sock) for the container-runner tests" >&2
+      _podman_up
+      return 0
+    fi
+    kill "$ENGINE_PID" 2>/dev/null; wait "$ENGINE_PID" 2>/dev/null
+    ENGINE_PID=""
+  done
+  echo "test.sh: dockerd did not start (see $ENGINE_RUN/dockerd-*.log); the real-engine tests skip" >&2
+}
+
+# podman 4.3 here: runc (crun refuses this host's hybrid cgroups) and explicit nofile/nproc ulimits
+# (root lacks CAP_SYS_RESOURCE), its own storage; a wrapper the tests use as DOCKER.
+_podman_up() {
+  command -v podman >/dev/null 2>&1 || return 0
+  local cache="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
+  cat >"$ENGINE_RUN/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+  cat >"$ENGINE_RUN/podman" <<WRAP
+#!/bin/sh
+CONTAINERS_CONF="$ENGINE_RUN/containers.conf" exec podman --root "$cache/podman/root" --runroot "$ENGINE_RUN/podman-run" "\$@"
+WRAP
+  chmod +x "$ENGINE_RUN/podman"
+  if "$ENGINE_RUN/podman" info >/dev/null 2>&1; then
+    export OEQ_WHEELS_TEST_PODMAN="$ENGINE_RUN/podman"
+    echo "test.sh: podman for the container-runner tests ($OEQ_WHEELS_TEST_PODMAN)" >&2
+  else
+    echo "test.sh: podman does not run here; its container tests skip" >&2
+  fi
+}
+
+engine_down() {
+  if [ -n "${ENGINE_PID:-}" ]; then
+    kill "$ENGINE_PID" 2>/dev/null
+    local i
+    for i in $(seq 40); do kill -0 "$ENGINE_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$ENGINE_PID" 2>/dev/null || true
+  fi
+  if [ -n "${ENGINE_RUN:-}" ]; then
+    # dockerd's netns mount outlives it; unmount what lies below the run directory, then remove it.
+    awk -v d="$ENGINE_RUN" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+    rm -rf "$ENGINE_RUN"
+  fi
+  return 0
+}
