@@ -65,6 +65,7 @@ def isolated_cache(cache: Path, tmp: Path) -> Path:
     root = tmp / "cache"
     root.mkdir()
     for sub in ("downloads", "extract"):
+        (cache / sub).mkdir(parents=True, exist_ok=True)  # a fresh cache has neither yet
         (root / sub).symlink_to(cache / sub)
     return root
 
@@ -218,6 +219,7 @@ def main() -> int:
     jit_ext = med(t - a for a, t in cold["jit"])
     ratio_build = t_build / t_floor
     mark = lambda ok: "met" if ok else "MISSED"
+    n_ext = sum(r["wheel"].startswith("fastmace_oeq_ext-") for r in got)
     lines = [
         "# Benchmarks", "",
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
@@ -225,7 +227,7 @@ def main() -> int:
         f"`PYTHONPATH=.:runtime python bench/run.py`. Cold starts: median of {args.repeat} fresh processes (JIT: once), "
         "CPU only with a stub libcuda.so.1; prebuilt runs with g++/c++/ninja/nvcc replaced by failing sentinels.", "",
         "| # | what | measured | target | |", "|---|---|---|---|---|",
-        f"| 1 | {len(got)}-wheel build ({len(pins.matrix.pythons)} fastmace-oeq-ext + {len(got) - len(pins.matrix.pythons)} "
+        f"| 1 | {len(got)}-wheel build ({n_ext} fastmace-oeq-ext: {', '.join(pins.oeq_variants)}; {len(got) - n_ext} "
         f"openequivariance: {', '.join(l.name for l in pins.oeq_lines)}), pins cache warm, no objects | {t_build:.1f} s | "
         f"≤ 1.3 × floor | {mark(ratio_build <= 1.3)} |",
         f"| 1 | floor: bare g++ on the same translation units, {os.cpu_count()} at a time | {t_floor:.1f} s | | |",
