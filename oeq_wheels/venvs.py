@@ -16,6 +16,14 @@ REPO = Path(__file__).resolve().parent.parent
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 
 
+def pip_env(base: dict | None = None) -> dict:
+    """An environment for pip as a new user's: without this machine's pip configuration (caps, indexes,
+    find-links), from `base` (default: this process's)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
+
+
 def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     """cache/venvs/torch-<ver>-cpXY with the pinned torch; made once (~5.5 GB), then reused."""
     interp = pythons.find(version)
@@ -56,15 +64,11 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     if (venv / ".complete").is_file():
         return venv
     shutil.rmtree(venv, ignore_errors=True)
-    torch_pin = pins.matrix.torch_wheel(interp.cp_tag)
-    files = fetch.ensure([torch_pin, *pins.consumer.wheels], cache)
-    local = pins.matrix.consumer_torch.partition("+")[2]
-    standin = cache / "standins" / f"pytorch-{local}"
-    reversion.reversioned(files[torch_pin.file], local, standin)
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    standin = reversion.pytorch_standin(pins, cache, interp.cp_tag)
     proc.run([interp.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")  # no local caps or indexes
+    env = pip_env()
     pip = [py, "-m", "pip", "install", "-q"]
     with hosts.pypi_standin(standin, venv.parent / f"{venv.name}-index.log") as index:
         proc.run(pip + [f"torch=={pins.matrix.consumer_torch}", "--index-url", index], check=True, env=env)

@@ -16,7 +16,7 @@ import pytest
 
 import engine as test_image
 from conftest import REPO
-from oeq_wheels import pins as P
+from oeq_wheels import pins as P, runner
 from oeq_wheels.ext.verify import verify_wheel
 from oeq_wheels.oeq.verify import verify_oeq_binary
 from oeq_wheels.output import extra_dir
@@ -41,9 +41,8 @@ class Engine:
     def __init__(self, kind, cache):
         self.kind = kind
         self.client = "docker" if kind == "docker" else os.environ["OEQ_WHEELS_TEST_PODMAN"]
-        pinned = pinned_image()
         if REAL == "docker" and kind == "docker":  # CI: the runner's Docker with the pulled pinned image
-            self.image, self.identical = pinned, False
+            self.image, self.identical = runner.pinned_image(), False
         else:
             self.image, self.identical = test_image.ensure(self.client, cache), True
         tag = f"{os.getpid()}-{kind}"
@@ -62,10 +61,6 @@ class Engine:
 
     def cleanup(self):
         subprocess.run([self.client, "volume", "rm", "-f", self.work, self.out], capture_output=True)
-
-
-def pinned_image():
-    return next(l.strip() for l in (REPO / "docker/IMAGE").read_text().splitlines() if l.strip() and not l.startswith("#"))
 
 
 @pytest.fixture(scope="module", params=clients())

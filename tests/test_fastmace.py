@@ -23,16 +23,11 @@ from oeq_wheels import fetch, pins as P
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import cleaninstall, hosts, site
+from oeq_wheels.venvs import pip_env
 
 pytestmark = pytest.mark.slow
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them
-
-
-def pip_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    return env
 
 
 def pip(venv, *args, path_prefix=None):
@@ -163,6 +158,21 @@ def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
     assert consumer.problems(sfiles, "3.11", pins.for_variant("cu130")) == []
     assert consumer.ask(sfiles, "3.11", pins)["reason"] == (
         "fastmace-oeq-ext was built for openequivariance 0.7.0+oeqwheels.cu13.1, installed is 0.7.0")
+
+
+def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
+    """The doctor falls back to Manifest.consumer_refusal() where FastMACE's code cannot be imported: it must
+    give FastMACE's own answer, word for word."""
+    from fastmace_oeq_ext.manifest import Manifest
+    pins = P.load()
+    files = consumer.wheel_files(cp311_wheel)
+    manifest = Manifest.from_json(files["fastmace_oeq_ext/manifest.json"].decode())
+    for torch, oeq in (("2.14.1+cu130", "0.7.0"), ("2.14.1", "0.7.0"), ("2.15.0+cu130", "0.7.0"),
+                       ("2.14.1+cu130", "0.7.0+oeqwheels.cu13.1")):
+        theirs = consumer.ask(files, "3.11", pins, torch=torch, oeq=oeq)
+        ours = manifest.consumer_refusal({"torch_distribution": torch, "oeq_version": oeq,
+                                          "python_tag": "cp311", "system": "Linux", "machine": "x86_64"})
+        assert ours == theirs["reason"], (torch, oeq, ours, theirs)
 
 
 def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_path):

@@ -1,7 +1,6 @@
 """The release rehearsal: the hosts' rules (renamed assets, redirects, Pages), every link, README's line verbatim."""
 import hashlib
 import http.client
-import os
 import re
 import subprocess
 import urllib.error
@@ -14,6 +13,7 @@ from conftest import run_cli
 from oeq_wheels.release import hosts, rehearse, site
 from oeq_wheels import pins as P
 from oeq_wheels.output import extra_dir
+from oeq_wheels.venvs import pip_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +52,6 @@ def test_pages_serves_only_the_project_path_and_crawl_finds_a_broken_or_wrong_fi
         wheel.unlink()
         with pytest.raises(rehearse.RehearsalError, match="answered HTTP 404"):
             rehearse.crawl(base, pins)
-
-
-def pip_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    return env
 
 
 def test_upgrade_download_hashes_and_index_url_from_the_served_site(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):

@@ -76,9 +76,9 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         v.facts.update(needed=facts["needed"], runpath=facts["runpath"])
         if manifest.library_sha256 != hashlib.sha256(lib).hexdigest():
             v.problems.append("manifest's library sha256 does not match the library")
-        if manifest.glibc_max_symbol != glibc_max_symbol(lib):
-            v.problems.append(f"manifest glibc_max_symbol is {manifest.glibc_max_symbol}, the library needs "
-                              f"{glibc_max_symbol(lib)}")
+        needs = glibc_max_symbol(lib)
+        if manifest.glibc_max_symbol != needs:
+            v.problems.append(f"manifest glibc_max_symbol is {manifest.glibc_max_symbol}, the library needs {needs}")
     v.problems += manifest_problems(manifest, p, tag)
     lic = files.get(pkg + "LICENSE.openequivariance")
     if lic is None or files.get(f"{info}/licenses/LICENSE.openequivariance") != lic:

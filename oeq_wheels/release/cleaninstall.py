@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .. import fetch, pins as pins_mod, proc, pythons, sentinels, stub
+from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from ..verify import Verdict
@@ -115,11 +115,11 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
     say = lambda m: print(f"clean-install: {m}", flush=True)
     sbin = sentinels.make(work / "sentinels", log)
     # No configured indexes or caps: the steps are FastMACE's README's, with exactly the indexes named here.
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")
-           and not k.startswith(("PIP_", "UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))}
+    env = {k: v for k, v in venvs.pip_env().items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")
+           and not k.startswith(("UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))}
     env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", CXX=str(sbin / "g++"),
                FASTMACE_OEQ_PREBUILT="1", FASTMACE_CACHE=str(work / "fastmace-cache"),
-               TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"), PIP_CONFIG_FILE=os.devnull)
+               TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"))
     uv = [sys.executable, "-m", "uv"]
     install = uv + ["pip", "install", "-q", "--python", str(vpy)]
     try:
@@ -178,13 +178,9 @@ def _torch_index(index: str, pins: pins_mod.Pins, cache: Path, cp: str, work: Pa
     if _reachable(index):
         yield index
         return
-    pin = pins.matrix.torch_wheel(cp)
-    files = fetch.ensure([pin], cache)
-    local = pins.matrix.consumer_torch.partition("+")[2]
-    standin = cache / "standins" / f"pytorch-{local}"
-    reversion.reversioned(files[pin.file], local, standin)
-    say(f"{index} cannot be reached: a local stand-in serves PyPI's {pin.file} as {pins.matrix.consumer_torch} "
-        "(the same binary)")
+    standin = reversion.pytorch_standin(pins, cache, cp)
+    say(f"{index} cannot be reached: a local stand-in serves PyPI's {pins.matrix.torch_wheel(cp).file} as "
+        f"{pins.matrix.consumer_torch} (the same binary)")
     with hosts.pypiserver(standin, work / "torch-index.log") as root:
         yield root + "simple/"
 

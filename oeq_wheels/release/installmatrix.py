@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, stub
+from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from . import hosts, site as site_mod
@@ -112,10 +112,9 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.name}-{case.installer}-"))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k not in
+    env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", PIP_CONFIG_FILE=os.devnull,
-               PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})
     venv = work / "venv"
     vpy = venv / "bin" / "python"

@@ -19,11 +19,10 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
-from .. import pins as pins_mod, pythons
+from .. import fetch, pins as pins_mod, pythons
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from . import hosts, installmatrix, publish, site as site_mod
@@ -48,16 +47,6 @@ def readme_commands(pins: pins_mod.Pins, readme: Path = README) -> list[str]:
             if line.strip().startswith("pip install ") and pins.site_url in line]
 
 
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links: list[dict] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self.links.append(dict(attrs))
-
-
 def _get(url: str) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=120) as r:
@@ -70,11 +59,11 @@ def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
     """Fetch every link of every line's index and flat page; one line per file checked. Raises on any miss."""
     seen = []
     for line in pins.oeq_lines:
-        projects = _Links()
+        projects = fetch.Links()
         projects.feed(_get(f"{base}{line.name}/simple/").decode())
         pages = [urljoin(f"{base}{line.name}/simple/", a["href"]) for a in projects.links]
         for page in (*pages, f"{base}{line.name}/links.html"):
-            parser = _Links()
+            parser = fetch.Links()
             parser.feed(_get(page).decode())
             if not parser.links:
                 raise RehearsalError(f"{page} links no wheel")

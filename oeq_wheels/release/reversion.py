@@ -52,6 +52,18 @@ class ReversionError(OeqWheelsError):
     """The wheel cannot be re-versioned: missing, not a wheel, or inconsistent inside."""
 
 
+def pytorch_standin(pins, cache: Path, cp: str) -> Path:
+    """The folder of a local stand-in for PyTorch's index: PyPI's torch wheel for `cp` under the version PyTorch's
+    index gives the same binary (the matrix's consumer_torch, e.g. 2.14.1+cu130). Serve it with hosts.pypiserver."""
+    from .. import fetch
+    pin = pins.matrix.torch_wheel(cp)
+    files = fetch.ensure([pin], cache)
+    local = pins.matrix.consumer_torch.partition("+")[2]
+    standin = cache / "standins" / f"pytorch-{local}"
+    reversioned(files[pin.file], local, standin)
+    return standin
+
+
 def reversioned(wheel: Path, local: str, out_dir: Path) -> Path:
     """Write (or reuse) in out_dir a copy of wheel whose version is `<version>+<local>`; return its path.
 

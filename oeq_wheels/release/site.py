@@ -208,8 +208,6 @@ def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
 def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
     """Lay out the site in `site` (replaced whole, atomically); return it."""
     wheels = _merge(wheels)
-    if not wheels:
-        raise SiteError("no openequivariance wheel to serve; build first (make wheels) or pass a release's assets")
     if not any(canonicalize_name(parse_wheel_filename(w.name)[0]) == PROJECT for w in wheels):
         raise SiteError("no openequivariance wheel to serve; build first (make wheels) or pass a release's assets")
     site = Path(site)

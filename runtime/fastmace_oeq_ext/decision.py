@@ -294,8 +294,10 @@ def consumer_verdict(env: dict, environ=None, manifest_path: Path | None = None)
         return ConsumerVerdict(name, False, f"this prebuilt's manifest is unreadable ({exc})",
                                "pip install --force-reinstall fastmace-oeq-ext")
     own = _fastmace_own(environ)
-    uses, reason = own if own is not None else (None, m.consumer_refusal(env))
-    if uses is None:
+    if own is not None:
+        uses, reason = own
+    else:
+        reason = m.consumer_refusal(env)
         uses = reason is None
     if uses:
         return ConsumerVerdict(name, True, None, None)

@@ -9,6 +9,8 @@
 engine_up() {
   ENGINE_PID=""
   ENGINE_RUN=""
+  # Images and volumes persist in the cache (the test image is imported once), as bootstrap.sh names it.
+  ENGINE_CACHE="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
   if [ "${OEQ_WHEELS_TEST_ENGINE:-}" = docker ]; then
     echo "test.sh: container tests use the engine 'docker' reaches (OEQ_WHEELS_TEST_ENGINE=docker)" >&2
     return 0
@@ -29,12 +31,11 @@ engine_up() {
       { echo "test.sh: could not install ${need[*]}; the real-engine tests skip" >&2; return 0; }
   fi
   ENGINE_RUN="$(mktemp -d /tmp/oeq-wheels-engine.XXXXXX)"
-  local cache="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}" driver sock
+  local driver sock
   sock="unix://$ENGINE_RUN/docker.sock"
   for driver in overlay2 vfs; do
-    # Images and volumes persist in the cache (the test image is imported once); one daemon at a time.
-    mkdir -p "$cache/dockerd-$driver"
-    dockerd -H "$sock" --data-root "$cache/dockerd-$driver" --exec-root "$ENGINE_RUN/exec" \
+    mkdir -p "$ENGINE_CACHE/dockerd-$driver"
+    dockerd -H "$sock" --data-root "$ENGINE_CACHE/dockerd-$driver" --exec-root "$ENGINE_RUN/exec" \
       --pidfile "$ENGINE_RUN/dockerd.pid" --iptables=false --ip6tables=false --bridge=none \
       --storage-driver "$driver" >"$ENGINE_RUN/dockerd-$driver.log" 2>&1 &
     ENGINE_PID=$!
@@ -60,7 +61,6 @@ engine_up() {
 # (root lacks CAP_SYS_RESOURCE), its own storage; a wrapper the tests use as DOCKER.
 _podman_up() {
   command -v podman >/dev/null 2>&1 || return 0
-  local cache="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
   cat >"$ENGINE_RUN/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -71,7 +71,7 @@ events_logger = "file"
 CONF
   cat >"$ENGINE_RUN/podman" <<WRAP
 #!/bin/sh
-CONTAINERS_CONF="$ENGINE_RUN/containers.conf" exec podman --root "$cache/podman/root" --runroot "$ENGINE_RUN/podman-run" "\$@"
+CONTAINERS_CONF="$ENGINE_RUN/containers.conf" exec podman --root "$ENGINE_CACHE/podman/root" --runroot "$ENGINE_RUN/podman-run" "\$@"
 WRAP
   chmod +x "$ENGINE_RUN/podman"
   if "$ENGINE_RUN/podman" info >/dev/null 2>&1; then
