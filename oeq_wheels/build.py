@@ -56,8 +56,8 @@ class Shared:
     cache: Path
     files: dict[str, Path]
     oeq_root: Path
-    cuda_root: Path
-    pybind11_include: Path
+    cuda_root: Path | None          # fastmace-oeq-ext's inputs (None: no x86_64 build)
+    pybind11_include: Path | None
     toolchain: cc.Toolchain
     objects: cc.ObjectCache
     lines: dict[str, "LineBuild"] = field(default_factory=dict)  # the OEq lines, by name
@@ -75,13 +75,21 @@ class LineBuild:
 
     line: pins_mod.OeqLine
     trees: stable.StableTrees
+    toolchain: cc.Toolchain      # the line's architecture's compilers (a cross toolchain on another host)
+    objects: cc.ObjectCache
     tmp: Path | None = None      # holds aoti and stubs; removed when the run ends
     aoti: Path | None = None
     stubs: Path | None = None
 
     @property
     def who(self) -> str:
-        return f"oeq-{self.line.name}"
+        return f"oeq-{self.line.key}"
+
+    def recipe(self, python_include: str | None = None) -> stable.Recipe:
+        ob = self.line
+        return stable.Recipe(self.trees, verify.manylinux_version(ob.arch.platform_tag) < (2, 32),
+                             python_include=python_include, torch_label=f"torch-{ob.torch.version}",
+                             tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"))
 
 
 def entry(pin: pins_mod.Pinned) -> Input:
@@ -114,17 +122,17 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
 
 
 def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str,
-                     memo_dir: Path) -> str:
+                     memo_dir: Path, target: str) -> str:
     """Pack the libraries alone with the generic tag, let auditwheel judge them, and choose the tag."""
-    probe = assemble.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch)
+    probe = assemble.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch, arch=verify.tag_arch(target))
     proven, problems = verify.proven_tag(verify.audit(probe, memo_dir), verify.external_ok(p))
     if problems:
         raise BuildError("; ".join(problems))
-    platform = verify.choose_tag(p.platform_tag, proven)
+    platform = verify.choose_tag(target, proven)
     st.note = f"auditwheel: symbols fit {proven} -> tag {platform}"
-    if platform != p.platform_tag:
+    if platform != target:
         say(f"[{who}] NOTE: the binary needs {proven}; tagging {platform}, not the target "
-            f"{p.platform_tag} (build in the manylinux_2_28 container for the target)")
+            f"{target} (build in the manylinux_2_28 container for the target)")
     return platform
 
 
@@ -154,7 +162,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain.cxx,
                             sh.toolchain.strip, p.torch_libs, p.runpath())
         with Stage(tag, "audit", timings) as st:
-            platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts)
+            platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts,
+                                        p.platform_tag)
         flags = ctx.normalized(ctx.flags())
         compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
                          f"flags: {' '.join(flags)}\n")
@@ -204,14 +213,13 @@ def _verify_and_place(who: str, whl: Path, check, note: str, outdir: Path, force
 def prepare_line(sh: Shared, lb: LineBuild, pool_size: int) -> None:
     """The Python-independent part of one line's stable extension: the AOTI library and the link stubs."""
     ob, trees = lb.line, lb.trees
-    recipe = stable.Recipe(trees, verify.manylinux_version(sh.pins.platform_tag) < (2, 32),
-                           torch_label=f"torch-{ob.torch.version}")
+    recipe = lb.recipe()
     with Stage(lb.who, "aoti"):
         with ThreadPoolExecutor(pool_size) as pool:
-            objs = stable.compile_all(recipe, sh.objects, pool, python=False)["aoti"]
+            objs = stable.compile_all(recipe, lb.objects, pool, python=False)["aoti"]
         tmp = lb.tmp = Path(tempfile.mkdtemp(prefix=f"oeq-wheels-{lb.who}-"))
-        lb.stubs = stable.build_support(ob, recipe, sh.objects, sh.toolchain, objs, tmp / "stubs")
-        lb.aoti = stable.link_aoti(ob, trees, objs, lb.stubs, tmp / ob.aoti_library, sh.toolchain)
+        lb.stubs = stable.build_support(ob, recipe, lb.objects, lb.toolchain, objs, tmp / "stubs")
+        lb.aoti = stable.link_aoti(ob, trees, objs, lb.stubs, tmp / ob.aoti_library, lb.toolchain)
 
 
 def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
@@ -223,25 +231,27 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
     version = ob.version(p.oeq.version)
     with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-{who}-") as tmp_s:
         tmp = Path(tmp_s)
-        recipe = stable.Recipe(lb.trees, verify.manylinux_version(p.platform_tag) < (2, 32),
-                               python_include=os.path.realpath(interp.include), torch_label=f"torch-{ob.torch.version}")
+        # CPython's headers are the same on every 64-bit Linux architecture but pyconfig.h's few
+        # machine-specific macros (x87/x64 assembler probes), which nanobind does not read: this
+        # host's CPython serves a cross build (release.yml compares a native aarch64 build's checks).
+        recipe = lb.recipe(python_include=os.path.realpath(interp.include))
         with Stage(who, "compile", timings) as st:
             with ThreadPoolExecutor(4) as pool:
-                objs = stable.compile_all(recipe, sh.objects, pool, python=True)
+                objs = stable.compile_all(recipe, lb.objects, pool, python=True)
             st.note = f"{len(objs['hits'])}/{len(objs['module']) + len(objs['nanobind'])} from cache"
-        module_name = ob.module_name + stable.ext_suffix(interp.version)
+        module_name = ob.module_name + ob.ext_suffix(interp.version)
         with Stage(who, "link", timings):
             module = stable.link_module(ob, lb.trees, objs["module"], objs["nanobind"], lb.stubs,
-                                        tmp / module_name, sh.toolchain)
+                                        tmp / module_name, lb.toolchain)
         libs = {module_name: module, ob.aoti_library: lb.aoti}
         with Stage(who, "audit", timings) as st:
             platform = _proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who,
-                                        sh.verdicts)
+                                        sh.verdicts, ob.arch.platform_tag)
         record = OeqBuild(
             package="openequivariance", version=version, oeq_sdist=entry(p.oeq), torch_min=ob.torch_min,
             cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=tag, platform_tag=platform,
             files=tuple(FileHash(f"{oeqpy.EXTLIB}/{n}", sha256_file(f)) for n, f in sorted(libs.items())),
-            cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=sh.toolchain.version)
+            cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=lb.toolchain.version)
         with Stage(who, "wheel", timings):
             staged = oeqpy.stage(p, sh.oeq_root, tmp / "stage", version=version,
                                  tag=assemble.wheel_tag(tag, platform), purelib=False, extlib_files=libs,
@@ -275,32 +285,70 @@ def checked_torch(torch_root: Path, pin: pins_mod.Pinned, local: str, cuda: str)
     return tv
 
 
+def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dict[str, cc.Toolchain], list[str]]:
+    """The architectures to build and each one's toolchain, and notes on those left out.
+
+    Asked for by name (--arch), an architecture without a toolchain fails the build; by default, one whose
+    cross compiler this host lacks and cannot install (a manylinux container) is left out with a note:
+    publish refuses a release that lacks its wheels.
+    """
+    known = list(dict.fromkeys([pins.ext_arch.name, *(l.arch.name for l in pins.oeq_lines)]))
+    if requested is not None:
+        unknown = [a for a in requested if a not in known]
+        if unknown or not requested:
+            raise UsageError(f"--arch {','.join(requested) or '(empty)'}: pins.toml builds for {', '.join(known)}; "
+                             "name one or more of those, or leave --arch out to build all")
+    toolchains, notes = {}, []
+    for name in requested or known:
+        try:
+            toolchains[name] = cc.cross_toolchain(pins.arches[name])
+        except cc.CompileError as exc:
+            if requested is not None:
+                raise
+            notes.append(f"{name} left out: {exc}")
+    if not toolchains:
+        raise BuildError("; ".join(notes))
+    return toolchains, notes
+
+
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,
-        jobs: int | None = None, cache: Path | None = None) -> tuple[list[dict], dict[str, str]]:
-    """Build both packages' wheels for the requested Pythons; return (built rows, failures by wheel)."""
+        jobs: int | None = None, cache: Path | None = None,
+        arches: list[str] | None = None) -> tuple[list[dict], dict[str, str]]:
+    """Build both packages' wheels for the requested Pythons and architectures; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
     wanted = pins_mod.select_pythons(pins.matrix.pythons, versions, f"matrix {pins.matrix.name!r}")
+    toolchains, arch_notes = select_arches(pins, arches)
+    # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
+    ext_wanted = wanted if pins.ext_arch.name in toolchains else []
+    oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
     interps = pythons.find_all(wanted)
     outdir = prepare_outdir(outdir)
     extra = prepare_outdir(extra_dir(outdir))
     cache = cache or default_cache()
-    toolchain = cc.Toolchain.detect()
+    toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))
     jobs = jobs or os.cpu_count() or 1
-    lines = ", ".join(l.version(pins.oeq.version) for l in pins.oeq_lines)
+    lines = ", ".join(dict.fromkeys(l.version(pins.oeq.version) for l in oeq_lines))
     say(f"oeq-wheels: {pins.package_name} {pins.version} and openequivariance {lines}, "
-        f"matrix {pins.matrix.name}, Pythons {', '.join(wanted)}, {toolchain.version}, {jobs} jobs, cache {cache}")
+        f"matrix {pins.matrix.name}, Pythons {', '.join(wanted)}, {', '.join(toolchains)} "
+        f"({'; '.join(t.version for t in toolchains.values())}), {jobs} jobs, cache {cache}")
+    for note in arch_notes:
+        say(f"oeq-wheels: NOTE: {note}")
     sweep_stale(outdir, extra, cache / "extract", cache / "extract" / "blobs")  # what killed runs left
     with Stage("all", "fetch") as st:
-        files = fetch.ensure(pins.all_inputs([pins_mod.cp_tag(v) for v in wanted]) + pins.oeq_binary_inputs(),
+        files = fetch.ensure((pins.all_inputs([pins_mod.cp_tag(v) for v in ext_wanted]) if ext_wanted else [])
+                             + list(dict.fromkeys(i for l in oeq_lines for i in l.inputs(pins.oeq))),
                              cache, say, stage=st)
+    objects = cc.ObjectCache(cache / "objects", toolchain, jobs)
     with Stage("all", "unpack"):
         oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
-        cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
-        pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
-        line_builds = {l.name: LineBuild(l, stable_trees(pins, l, files, cache)) for l in pins.oeq_lines}
-    sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain,
-                cc.ObjectCache(cache / "objects", toolchain, jobs), line_builds,
+        cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve() \
+            if ext_wanted else None
+        pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve() \
+            if ext_wanted else None
+        line_builds = {l.key: LineBuild(l, stable_trees(pins, l, files, cache), toolchains[l.arch.name],
+                                        objects.with_toolchain(toolchains[l.arch.name])) for l in oeq_lines}
+    sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain, objects, line_builds,
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
                                   *verify.default_forbidden_paths()}))
     rows, failures = [], {}
@@ -317,12 +365,12 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                 raise
             except OeqWheelsError as exc:
                 for v in line_wanted:
-                    failures[f"openequivariance {lb.line.name} {pins_mod.cp_tag(v)}"] = str(exc)
-        with ThreadPoolExecutor(len(wanted) + len(oeq_jobs)) as pool:
+                    failures[f"openequivariance {lb.line.key} {pins_mod.cp_tag(v)}"] = str(exc)
+        with ThreadPoolExecutor(max(1, len(ext_wanted) + len(oeq_jobs))) as pool:
             futs = {pool.submit(build_one, sh, interps[v], outdir, force): f"{pins.package_name} {pins_mod.cp_tag(v)}"
-                    for v in wanted}
+                    for v in ext_wanted}
             futs.update({pool.submit(build_oeq_binary, sh, lb, interps[v], extra, force):
-                         f"openequivariance {lb.line.name} {pins_mod.cp_tag(v)}" for lb, v in oeq_jobs})
+                         f"openequivariance {lb.line.key} {pins_mod.cp_tag(v)}" for lb, v in oeq_jobs})
             for fut, who in futs.items():
                 try:
                     result = fut.result()

@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("outdir", type=Path, metavar="OUTDIR")
     b.add_argument("--python", type=_pythons_arg, help="comma-separated X.Y versions (default: all pinned)")
     b.add_argument("--matrix", help="a [matrix.NAME] of pins.toml (default: the release matrix)")
+    b.add_argument("--arch", type=_pythons_arg, help="comma-separated architectures, e.g. x86_64,aarch64 (default: "
+                                                   "every one pins.toml builds; another host's with a cross compiler)")
     b.add_argument("--force", action="store_true", help="overwrite a different wheel of the same name")
     b.add_argument("--jobs", type=int, help="parallel compiler processes (default: CPU count)")
     b.add_argument("--runner", choices=["auto", "host", "docker"], default="auto",
@@ -211,7 +213,8 @@ def _container_handoff(args) -> None:
         pins = load(args.matrix)
         select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
     if runner.choose(args.runner) == "docker":  # does not return
-        runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs))
+        runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs,
+                                                    args.arch))
 
 
 def _dispatch(args) -> int:
@@ -219,7 +222,7 @@ def _dispatch(args) -> int:
     from .pins import cp_tag, load, select_pythons
     if args.cmd == "build":
         from .build import run
-        _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs)
+        _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch)
         return 1 if failures else 0
     if args.cmd == "verify":
         from .verify import verify_any
@@ -229,6 +232,8 @@ def _dispatch(args) -> int:
             verdict = verify_any(w, pins)
             if verdict.ok:
                 print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
+                if "torch_abi_audit" in verdict.facts:
+                    print(f"     {verdict.facts['torch_abi_audit']}")
             else:
                 bad += 1
                 print(f"FAIL {w.name}")

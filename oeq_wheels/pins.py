@@ -36,6 +36,21 @@ class Pinned:
 
 
 @dataclass(frozen=True)
+class Arch:
+    """One CPU architecture ([arch.NAME] of pins.toml)."""
+
+    name: str              # x86_64, aarch64: the machine name and the wheel tag's suffix
+    platform_tag: str      # the target tag; the shipped tag is what auditwheel proves
+    triplet: str           # CPython's EXT_SUFFIX: .cpython-312-<triplet>.so
+    elf_machine: str       # e_machine of its ELF files, as pyelftools names it
+    loader: str            # the dynamic loader every Linux system of it has (a NEEDED no wheel provides)
+    cross_prefix: str      # Debian's cross toolchain for it: <prefix>g++, <prefix>strip, ...
+    cross_package: str     # ... and the Debian package that brings it
+    debian_arch: str = ""  # for the emulated load test's root file system
+    qemu: str = ""         # user-mode emulator of it (Debian's qemu-user-static)
+
+
+@dataclass(frozen=True)
 class Matrix:
     name: str
     pythons: tuple[str, ...]
@@ -77,6 +92,7 @@ class OeqLine:
     nvidia: tuple[Pinned, ...]
     nanobind: Pinned
     tested_torch: tuple[str, ...]
+    arch: Arch                # one build of a line per architecture; they share its version and index
     module_name: str = "oeq_stable_cuda"
     aoti_library: str = "liboeq_stable_cuda_aoti.so"
     torch_libs: tuple[str, ...] = ("torch_cpu", "c10")  # OEq's CMakeLists links CPU LibTorch only
@@ -85,6 +101,15 @@ class OeqLine:
     @property
     def cuda_major(self) -> str:
         return self.cuda.split(".")[0]
+
+    @property
+    def key(self) -> str:
+        """This build's name in logs and failures: the line and the architecture (cu130-aarch64)."""
+        return f"{self.name}-{self.arch.name}"
+
+    def ext_suffix(self, python_version: str) -> str:
+        """EXT_SUFFIX of a CPython of this architecture on Linux (what nanobind_extension names the module with)."""
+        return f".cpython-{python_version.replace('.', '')}-{self.arch.triplet}.so"
 
     def version(self, oeq_version: str) -> str:
         return f"{oeq_version}+{self.local_version}"
@@ -137,6 +162,7 @@ class Pins:
     oeq_lines: tuple[OeqLine, ...]       # newest CUDA first
     oeq_variants: tuple[str, ...]        # the OEqs fastmace-oeq-ext is built for: "pypi" and line names
     consumer: Consumer
+    arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
     variant: str = "pypi"                # which of oeq_variants these pins describe
 
     def for_variant(self, variant: str) -> "Pins":
@@ -166,16 +192,26 @@ class Pins:
         line = self.variant_line
         return line.version(self.oeq.version) if line else self.oeq.version
 
-    def oeq_line(self, name: str) -> OeqLine:
+    def oeq_line(self, name: str, arch: str = "x86_64") -> OeqLine:
         for line in self.oeq_lines:
-            if line.name == name:
+            if line.name == name and line.arch.name == arch:
                 return line
-        raise PinsError(f"no OEq line {name!r}; pins.toml defines: {', '.join(l.name for l in self.oeq_lines)}")
+        raise PinsError(f"no OEq line {name!r} for {arch}; pins.toml builds: "
+                        f"{', '.join(l.key for l in self.oeq_lines)}")
+
+    @property
+    def line_names(self) -> tuple[str, ...]:
+        """Each OEq line once (an index of the site), newest CUDA first, whatever its architectures."""
+        return tuple(dict.fromkeys(l.name for l in self.oeq_lines))
+
+    def line_builds(self, name: str) -> tuple[OeqLine, ...]:
+        """Every architecture's build of one line."""
+        return tuple(l for l in self.oeq_lines if l.name == name)
 
     @property
     def oeq_binary(self) -> OeqLine:
-        """The OEq line of the release matrix's CUDA major (what fastmace-oeq-ext users install beside it)."""
-        return next(l for l in self.oeq_lines if l.cuda_major == self.matrix.cuda_major)
+        """The x86_64 OEq line of the release matrix's CUDA major (what fastmace-oeq-ext users install beside it)."""
+        return next(l for l in self.oeq_lines if l.cuda_major == self.matrix.cuda_major and l.arch.name == "x86_64")
 
     @property
     def pythons(self) -> tuple[str, ...]:
@@ -194,7 +230,7 @@ class Pins:
     def install_lines(self) -> list[str]:
         """The install commands README, the site's page and the PyPI description show."""
         out = []
-        for line in self.oeq_lines:
+        for line in (self.line_builds(n)[0] for n in self.line_names):
             url = self.index_url(line.name)
             if line.cuda_major == self.matrix.cuda_major:
                 out.append(f"pip install {self.package_name} --extra-index-url {url}")
@@ -216,6 +252,11 @@ class Pins:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
         return own + self.urls
+
+    @property
+    def ext_arch(self) -> Arch:
+        """fastmace-oeq-ext's architecture: that of its platform_tag (FastMACE 1.0.0 takes x86_64 only)."""
+        return next(a for a in self.arches.values() if self.platform_tag.endswith("_" + a.name))
 
     @property
     def version(self) -> str:
@@ -268,15 +309,38 @@ def _pinned(name: str, version: str, entry: dict) -> Pinned:
     return Pinned(name, version, entry["file"], entry["sha256"], tuple(entry.get("libs", ())))
 
 
-def _nvidia(data: dict, refs: list[str], where: str) -> tuple[Pinned, ...]:
+def _for_arch(entry: dict, arch: str, where: str) -> dict:
+    """A pinned file's entry for one architecture: its own table, x86_64's at the top level."""
+    if arch == "x86_64":
+        return entry
+    try:
+        return {**entry, **entry["arch"][arch]}
+    except KeyError:
+        raise PinsError(f"{where} pins no {arch} file; add its file and sha256 under {where[:-1]}.arch.{arch}]") \
+            from None
+
+
+def _nvidia(data: dict, refs: list[str], where: str, arch: str = "x86_64") -> tuple[Pinned, ...]:
     table = data.get("nvidia", {})
     out = []
     for ref in refs:
         if ref not in table:
             raise PinsError(f"{where} names {ref!r}, which no [nvidia.\"{ref}\"] entry in pins.toml defines")
         name, _, version = ref.partition("==")
-        out.append(_pinned(name, version, table[ref]))
+        out.append(_pinned(name, version, _for_arch(table[ref], arch, f'[nvidia."{ref}"]')))
     return tuple(out)
+
+
+def _arches(data: dict) -> dict[str, Arch]:
+    out = {}
+    for name, a in data.get("arch", {}).items():
+        try:
+            out[name] = Arch(name=name, **a)
+        except TypeError as exc:
+            raise PinsError(f"[arch.{name}] in pins.toml: {exc}") from None
+    if "x86_64" not in out:
+        raise PinsError("pins.toml defines no [arch.x86_64]")
+    return out
 
 
 def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
@@ -308,17 +372,27 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]), con["torch_index"])
     nb = data["nanobind"]
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
+    arches = _arches(data)
     lines = []
     for line_name, ln in ob["lines"].items():
         where = f"[oeq_binary.lines.{line_name}]"
-        tm = _matrix(data, ln["torch_matrix"])
-        lines.append(OeqLine(
-            name=line_name, local_version=ln["local_version"], pythons=tuple(ob["pythons"]),
-            torch=tm.torch_wheel(ln["torch_wheel"]), torch_local=tm.torch_local, torch_matrix=tm.name,
-            torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
-            nvidia=_nvidia(data, ln["nvidia"], where), nanobind=nanobind, tested_torch=tuple(ln["tested_torch"])))
-        if tm.cuda != lines[-1].cuda:
-            raise PinsError(f"{where} says CUDA {lines[-1].cuda}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
+        for arch_name in ln.get("arches", ["x86_64"]):
+            if arch_name not in arches:
+                raise PinsError(f"{where} arches names {arch_name!r}; pins.toml defines [arch.NAME] for: "
+                                f"{', '.join(arches)}")
+            tm = _matrix(data, ln["torch_matrix"])
+            torch_wheels = _torch_wheels(data, tm.name, arch_name)
+            if ln["torch_wheel"] not in torch_wheels:
+                raise PinsError(f"{where} builds against torch's {ln['torch_wheel']} wheel, which "
+                                f"[matrix.{tm.name!r}] does not pin for {arch_name}")
+            lines.append(OeqLine(
+                name=line_name, local_version=ln["local_version"], pythons=tuple(ob["pythons"]),
+                torch=torch_wheels[ln["torch_wheel"]], torch_local=tm.torch_local, torch_matrix=tm.name,
+                torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
+                nvidia=_nvidia(data, ln["nvidia"], where, arch_name), nanobind=nanobind,
+                tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name]))
+            if tm.cuda != lines[-1].cuda:
+                raise PinsError(f"{where} says CUDA {lines[-1].cuda}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
     return Pins(
         package_name=pkg["name"],
         import_name=pkg["import_name"],
@@ -336,10 +410,21 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         pybind11=Pinned("pybind11", pyb["version"], pyb["file"], pyb["sha256"]),
         repository=repository,
         matrix=mat,
+        # newest CUDA first; within a line, the pins' order of architectures (x86_64 first)
         oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in l.cuda.split(".")), reverse=True)),
         oeq_variants=variants,
         consumer=consumer,
+        arches=arches,
     )
+
+
+def _torch_wheels(data: dict, name: str, arch: str = "x86_64") -> dict[str, Pinned]:
+    """A matrix's torch wheels for one architecture, keyed by CPython tag."""
+    m = data["matrix"][name]
+    wheels = m["torch_wheels"] if arch == "x86_64" else m.get("arch", {}).get(arch, {}).get("torch_wheels")
+    if wheels is None:
+        raise PinsError(f"[matrix.{name!r}] pins no {arch} torch wheel; add [matrix.\"{name}\".arch.{arch}.torch_wheels]")
+    return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"]) for tag, w in wheels.items()}
 
 
 def _matrix(data: dict, name: str) -> Matrix:
@@ -350,8 +435,7 @@ def _matrix(data: dict, name: str) -> Matrix:
         torch_version=m["torch_version"],
         torch_local=m["torch_local"],
         cuda=m["cuda"],
-        torch_wheels={tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"])
-                      for tag, w in m["torch_wheels"].items()},
+        torch_wheels=_torch_wheels(data, name),
         nvidia=_nvidia(data, m["nvidia"], f"[matrix.{name!r}]"),
         local_version=m.get("local_version"),
         consumer_torch=m.get("consumer_torch", f"{m['torch_version']}+{m['torch_local']}"),

@@ -96,13 +96,15 @@ def choose(runner: str) -> str:
 
 
 def container_args(outdir: Path, pythons: list[str] | None, matrix: str | None, force: bool,
-                   jobs: int | None) -> list[str]:
+                   jobs: int | None, arches: list[str] | None = None) -> list[str]:
     """OUTDIR first, then the build options in canonical form."""
     args = [str(outdir)]
     if pythons is not None:
         args += ["--python", ",".join(pythons)]
     if matrix:
         args += ["--matrix", matrix]
+    if arches is not None:
+        args += ["--arch", ",".join(arches)]
     if force:
         args.append("--force")
     if jobs:

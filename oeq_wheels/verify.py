@@ -33,7 +33,8 @@ from .files import write_atomic
 # Libraries every manylinux system has (auditwheel's policies whitelist them).
 # Mangled names of torch's C++ namespaces: c10::, at::, torch::.
 TORCH_CXX = re.compile(r"(?:^_ZN|[0-9])(?:3c10|2at|5torch)")
-SYSTEM_NEEDED = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6", "ld-linux-x86-64.so.2"}
+# The architecture's dynamic loader joins these (pins: [arch.NAME] loader).
+SYSTEM_NEEDED = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"}
 
 
 @dataclass
@@ -49,12 +50,23 @@ class Verdict:
         return not self.problems
 
 
+ARCH_SUFFIX = r"(x86_64|aarch64)"  # the architectures whose manylinux tags we read
+
+
 def manylinux_version(tag: str) -> tuple[int, int] | None:
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", tag)
+    """The glibc of a manylinux tag of x86_64 or aarch64 (None for any other tag)."""
+    m = re.fullmatch(rf"manylinux_(\d+)_(\d+)_{ARCH_SUFFIX}", tag)
     if m:
         return int(m.group(1)), int(m.group(2))
-    legacy = {"manylinux1_x86_64": (2, 5), "manylinux2010_x86_64": (2, 12), "manylinux2014_x86_64": (2, 17)}
+    legacy = {"manylinux1_x86_64": (2, 5), "manylinux2010_x86_64": (2, 12), "manylinux2014_x86_64": (2, 17),
+              "manylinux2014_aarch64": (2, 17)}
     return legacy.get(tag)
+
+
+def tag_arch(tag: str) -> str | None:
+    """x86_64 or aarch64 for a manylinux or linux platform tag."""
+    m = re.search(rf"_{ARCH_SUFFIX}$", tag)
+    return m.group(1) if m else None
 
 
 def external_ok(p: pins_mod.Pins) -> frozenset[str]:
@@ -127,6 +139,9 @@ def proven_tag(report: dict, allowed: frozenset[str]) -> tuple[str | None, list[
 
 def choose_tag(target: str, proven: str) -> str:
     """The target tag if the binary fits it, else the (newer) tag that is proven."""
+    if tag_arch(proven) != tag_arch(target):
+        raise OeqWheelsError(f"auditwheel proves {proven} for a build that targets {target}: the binary is of "
+                             "another architecture than its pins")
     return target if manylinux_version(proven) <= manylinux_version(target) else proven
 
 
@@ -148,7 +163,7 @@ def elf_facts(data: bytes) -> dict:
                 elif tag.entry.d_tag == "DT_RPATH":
                     rpath = tag.rpath
     sections = [s.name for s in elf.iter_sections()]
-    return {"needed": needed, "runpath": runpath, "rpath": rpath,
+    return {"needed": needed, "runpath": runpath, "rpath": rpath, "machine": elf["e_machine"],
             "stripped": ".symtab" not in sections and not any(s.startswith(".debug") for s in sections)}
 
 
@@ -188,15 +203,17 @@ def glibc_max_symbol(data: bytes) -> str:
 
 
 def check_elf(data: bytes, *, required: set[str], allowed: set[str], runpath: str,
-              forbidden_paths: list[str]) -> tuple[dict, list[str]]:
+              forbidden_paths: list[str], arch: pins_mod.Arch) -> tuple[dict, list[str]]:
     facts, problems = elf_facts(data), []
+    if facts["machine"] != arch.elf_machine:
+        problems.append(f"is an {facts['machine']} binary, the wheel's tag says {arch.name} ({arch.elf_machine})")
     needed = set(facts["needed"])
     if any(n.startswith("libpython") for n in needed):
         problems.append(f"links libpython: {sorted(needed)}")
     missing = required - needed
     if missing:
         problems.append(f"NEEDED lacks {sorted(missing)}")
-    unexpected = needed - allowed - SYSTEM_NEEDED
+    unexpected = needed - allowed - SYSTEM_NEEDED - {arch.loader}
     if unexpected:
         problems.append(f"unexpected NEEDED {sorted(unexpected)}")
     if facts["runpath"] != runpath:
@@ -275,6 +292,8 @@ def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool,
         v.facts["auditwheel_sym_tag"] = proven
         if proven and manylinux_version(tag.platform) is None:
             v.problems.append(f"platform tag {tag.platform} is not a manylinux tag")
+        elif proven and tag_arch(proven) != tag_arch(tag.platform):
+            v.problems.append(f"tagged {tag.platform} but auditwheel sees {tag_arch(proven)} binaries ({proven})")
         elif proven and manylinux_version(proven) > manylinux_version(tag.platform):
             v.problems.append(f"tagged {tag.platform} but auditwheel proves only {proven}")
     except (OeqWheelsError, ValueError) as exc:

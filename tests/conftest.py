@@ -42,7 +42,8 @@ def fresh_object_cache(tmp_path_factory, cache) -> Path:
 
 @pytest.fixture(scope="session")
 def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
-    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds both OEq lines' cp311 wheels)."""
+    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds every OEq line's cp311 wheel:
+    cu130 for x86_64 and, cross-compiled, aarch64; cu128)."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
     rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
     assert not failures, failures
@@ -52,10 +53,10 @@ def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
     return whl
 
 
-def oeq_wheel_of(outdir: Path, line: str) -> Path:
-    """The one binary openequivariance wheel of an OEq line (cu130, cu128) in outdir's OUTDIR-extra."""
-    version = pins_mod.load().oeq_line(line).version("0.7.0")
-    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-*.whl")
+def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64") -> Path:
+    """The one binary openequivariance wheel of an OEq line (cu130, cu128) and architecture in outdir's OUTDIR-extra."""
+    version = pins_mod.load().oeq_line(line, arch).version("0.7.0")
+    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-*_{arch}.whl")
     return whl
 
 
@@ -63,6 +64,12 @@ def oeq_wheel_of(outdir: Path, line: str) -> Path:
 def cp311_oeq_wheel(cp311_wheel) -> Path:
     """The CUDA 13 line's binary openequivariance wheel for CPython 3.11, built beside cp311_wheel."""
     return oeq_wheel_of(cp311_wheel.parent, "cu130")
+
+
+@pytest.fixture(scope="session")
+def cp311_oeq_aarch64_wheel(cp311_wheel) -> Path:
+    """The CUDA 13 line's aarch64 wheel for CPython 3.11, cross-compiled beside cp311_wheel."""
+    return oeq_wheel_of(cp311_wheel.parent, "cu130", "aarch64")
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,8 @@ def test_matrices_share_nvidia_entries_and_names_follow_from_the_pins():
 
 def test_the_cuda12_line_is_a_pins_table_over_torch_2_10_and_its_cu12_wheels():
     pins = P.load()
-    assert [l.name for l in pins.oeq_lines] == ["cu130", "cu128"]  # newest CUDA first
+    assert pins.line_names == ("cu130", "cu128")  # newest CUDA first
+    assert [l.key for l in pins.oeq_lines] == ["cu130-x86_64", "cu130-aarch64", "cu128-x86_64"]
     cu12 = pins.oeq_line("cu128")
     assert cu12.version("0.7.0") == "0.7.0+oeqwheels.cu12.8" and cu12.cuda_major == "12"
     assert (cu12.torch.version, cu12.torch_local, cu12.torch_min) == ("2.10.0", "cu128", "2.10")
@@ -72,6 +73,38 @@ def test_the_cuda12_line_is_a_pins_table_over_torch_2_10_and_its_cu12_wheels():
         P.load("torch-2.10.0")  # no fastmace-oeq-ext build for CUDA 12
     with pytest.raises(P.PinsError, match="no OEq line 'cu999'"):
         pins.oeq_line("cu999")
+    with pytest.raises(P.PinsError, match="no OEq line 'cu128' for aarch64"):
+        pins.oeq_line("cu128", "aarch64")  # PyPI's aarch64 torch 2.10.0 is a CPU build
+
+
+def test_an_architecture_is_a_pins_table_and_its_files_are_pinned_beside_x86_64s():
+    pins = P.load()
+    x86, arm = pins.oeq_line("cu130"), pins.oeq_line("cu130", "aarch64")
+    # The same line: one version, one index, one floor; only the files and the target differ.
+    assert (arm.version("0.7.0"), arm.name, arm.torch_min, arm.pythons) == \
+        (x86.version("0.7.0"), x86.name, x86.torch_min, x86.pythons)
+    assert arm.arch.platform_tag == "manylinux_2_28_aarch64" and arm.arch.elf_machine == "EM_AARCH64"
+    assert arm.ext_suffix("3.12") == ".cpython-312-aarch64-linux-gnu.so"
+    assert x86.ext_suffix("3.12") == ".cpython-312-x86_64-linux-gnu.so"
+    assert arm.torch.file == "torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    assert [(n.name, n.version, n.libs) for n in arm.nvidia] == [(n.name, n.version, n.libs) for n in x86.nvidia]
+    assert all("aarch64" in n.file for n in arm.nvidia) and not any("aarch64" in n.file for n in x86.nvidia)
+    assert arm.runpath() == x86.runpath()  # nvidia/cu13/lib on both
+    assert pins.ext_arch.name == "x86_64"  # fastmace-oeq-ext stays x86_64 (FastMACE's marker and platform check)
+    assert len({p.sha256 for p in pins.oeq_binary_inputs()}) == len(pins.oeq_binary_inputs())
+
+
+def test_an_architecture_without_its_files_is_one_clear_line(tmp_path):
+    text = P.PINS_FILE.read_text()
+    start = text.index('[nvidia."nvidia-cublas==13.1.0.3".arch.aarch64]')
+    end = text.index("\n\n", start)
+    bad = tmp_path / "pins.toml"
+    bad.write_text(text[:start] + text[end:])
+    with pytest.raises(P.PinsError, match=r'\[nvidia."nvidia-cublas==13.1.0.3"\] pins no aarch64 file'):
+        P.load(path=bad)
+    bad.write_text(text.replace('arches = ["x86_64", "aarch64"]', 'arches = ["x86_64", "riscv64"]'))
+    with pytest.raises(P.PinsError, match="arches names 'riscv64'"):
+        P.load(path=bad)
 
 
 def test_the_public_address_is_one_setting_and_everything_derives_from_it(tmp_path):

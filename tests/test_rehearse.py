@@ -41,11 +41,11 @@ def test_pages_serves_only_the_project_path_and_crawl_finds_a_broken_or_wrong_fi
     root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
     with hosts.pages(root, "oeq-wheels") as base:
         assert base.endswith("/oeq-wheels/")
-        # cu130: openequivariance and fastmace-oeq-ext pages and the flat page of both; cu128: OEq's page and flat page.
-        assert len(rehearse.crawl(base, pins)) == 6
+        # cu130: both OEq wheels (x86_64, aarch64) and fastmace-oeq-ext, on the project pages and the flat page; cu128: OEq on both.
+        assert len(rehearse.crawl(base, pins)) == 8
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(base.replace("/oeq-wheels/", "/other/") + "index.html")
-        (wheel,) = (root / "files").glob("openequivariance-*cu13*.whl")
+        (wheel,) = (root / "files").glob("openequivariance-*cu13*_x86_64.whl")
         wheel.write_bytes(wheel.read_bytes() + b"\0")
         with pytest.raises(rehearse.RehearsalError, match="does not have the sha256 its link names"):
             rehearse.crawl(base, pins)
@@ -100,8 +100,8 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     every link checked, then README's first install line verbatim (site address substituted), compilers hidden."""
     r = run_cli("rehearse", str(cp311_wheel.parent), "--installer", "pip", "--command", "0")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    # Renamed: both OEq wheels and the fastmace-oeq-ext build that names the cu130 one ('+' -> '.').
-    assert re.search(r"the host renamed 3, e.g. \S+-0.7.0(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
+    # Renamed: the three OEq wheels (cu130 x86_64 and aarch64, cu128) and the cu130 fastmace-oeq-ext (+ -> .).
+    assert re.search(r"the host renamed 4, e.g. \S+-0.7.0(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
                      r"\S+-0.7.0(\.post\d+)?.oeqwheels.cu1", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
     assert f"README: {P.load().install_lines()[0]}" in r.stderr

@@ -31,29 +31,34 @@ def built_site(tmp_path, cp311_wheel):
 
 
 def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, cp311_oeq_wheel,
-                                                                   cp311_oeq_cu12_wheel, tmp_path):
+                                                                   cp311_oeq_aarch64_wheel, cp311_oeq_cu12_wheel,
+                                                                   tmp_path):
     root, pins = built_site(tmp_path, cp311_wheel)
-    for line, wheel, other in (("cu130", cp311_oeq_wheel, cp311_oeq_cu12_wheel),
-                               ("cu128", cp311_oeq_cu12_wheel, cp311_oeq_wheel)):
+    # One index per line for every architecture: pip picks the x86_64 or aarch64 wheel by its platform tag.
+    for line, wheels, other in (("cu130", [cp311_oeq_aarch64_wheel, cp311_oeq_wheel], cp311_oeq_cu12_wheel),
+                                ("cu128", [cp311_oeq_cu12_wheel], cp311_oeq_wheel)):
         page = (root / line / "simple" / "openequivariance" / "index.html").read_text()
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        href = "../../../files/" + wheel.name.replace("+", "%2B")
-        meta = (root / "files" / (wheel.name + ".metadata")).read_bytes()
-        md = hashlib.sha256(meta).hexdigest()
-        assert f'href="{href}#sha256={digest}"' in page and other.name not in page
-        assert f'data-core-metadata="sha256={md}"' in page and f'data-dist-info-metadata="sha256={md}"' in page
-        assert 'data-requires-python="==3.11.*"' in page
-        assert meta.startswith(b"Metadata-Version") and b"Version: " + P.load().oeq_line(line).version("0.7.0").encode() in meta
-        assert (root / "files" / wheel.name).read_bytes() == wheel.read_bytes()
-        # PEP 691 JSON: the same files, hashes and metadata hashes.
         doc = json.loads((root / line / "simple" / "openequivariance" / "index.json").read_text())
         assert doc["meta"]["api-version"] == "1.1" and doc["name"] == "openequivariance"
-        (f,) = doc["files"]
-        assert (f["filename"], f["url"], f["hashes"], f["core-metadata"]) == (wheel.name, href, {"sha256": digest},
-                                                                             {"sha256": md})
+        assert [f["filename"] for f in doc["files"]] == [w.name for w in wheels] and other.name not in page
         flat = (root / line / "links.html").read_text()
-        assert f'href="../files/{wheel.name.replace("+", "%2B")}#sha256={digest}"' in flat
+        for wheel, f in zip(wheels, doc["files"]):
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            href = "../../../files/" + wheel.name.replace("+", "%2B")
+            meta = (root / "files" / (wheel.name + ".metadata")).read_bytes()
+            md = hashlib.sha256(meta).hexdigest()
+            assert f'href="{href}#sha256={digest}"' in page
+            assert f'data-core-metadata="sha256={md}"' in page and f'data-dist-info-metadata="sha256={md}"' in page
+            assert meta.startswith(b"Metadata-Version") and b"Version: " + P.load().oeq_line(line).version("0.7.0").encode() in meta
+            assert (root / "files" / wheel.name).read_bytes() == wheel.read_bytes()
+            # PEP 691 JSON: the same files, hashes and metadata hashes.
+            assert (f["filename"], f["url"], f["hashes"], f["core-metadata"]) == (wheel.name, href, {"sha256": digest},
+                                                                                 {"sha256": md})
+            assert f'href="../files/{wheel.name.replace("+", "%2B")}#sha256={digest}"' in flat
+        assert 'data-requires-python="==3.11.*"' in page
         assert '<a href="openequivariance/">' in (root / line / "simple" / "index.html").read_text()
+    landing = (root / "index.html").read_text()
+    assert "Linux x86_64 and aarch64</h2>" in landing and landing.count("Linux x86_64</h2>") == 1
     # cu130 also serves the fastmace-oeq-ext build that names its OEq, and only there.
     (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*+oeqwheels*.whl")
     page = (root / "cu130" / "simple" / "fastmace-oeq-ext" / "index.html").read_text()
@@ -61,7 +66,8 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
     assert not (root / "cu128" / "simple" / "fastmace-oeq-ext").exists()
     assert '<a href="fastmace-oeq-ext/">' in (root / "cu130" / "simple" / "index.html").read_text()
     sums = (root / "SHA256SUMS").read_text()
-    assert sums.count("\n") == 3 and (root / ".nojekyll").exists()
+    # OEq cu130 x86_64 and aarch64, OEq cu128, the cu130 fastmace-oeq-ext
+    assert sums.count("\n") == 4 and (root / ".nojekyll").exists()
     landing = (root / "index.html").read_text()
     assert all(cmd in landing.replace("&amp;", "&") for cmd in pins.install_lines())
     assert "R570" in landing and "R580" in landing

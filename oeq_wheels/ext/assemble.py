@@ -135,8 +135,8 @@ def fix_modes(root: Path) -> None:
             os.chmod(p, 0o755)
 
 
-def probe_wheel(files: dict[str, Path], cp: str, out_dir: Path, source_date_epoch: int) -> Path:
-    """A throw-away wheel holding only these libraries, tagged linux_x86_64, for auditwheel to judge."""
+def probe_wheel(files: dict[str, Path], cp: str, out_dir: Path, source_date_epoch: int, arch: str = "x86_64") -> Path:
+    """A throw-away wheel holding only these libraries, tagged linux_<arch>, for auditwheel to judge."""
     staged = out_dir / "stage"
     for arcname, path in files.items():
         (staged / arcname).parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +145,7 @@ def probe_wheel(files: dict[str, Path], cp: str, out_dir: Path, source_date_epoc
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: oeq-wheels-probe\nVersion: 0\n")
     (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: oeq-wheels\nRoot-Is-Purelib: false\n"
-                                f"Tag: {wheel_tag(cp, 'linux_x86_64')}\n")
+                                f"Tag: {wheel_tag(cp, 'linux_' + arch)}\n")
     fix_modes(staged)
     return pack(staged, out_dir / "out", source_date_epoch)
 

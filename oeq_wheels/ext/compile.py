@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
+import shutil
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from .. import proc
+from .. import debian, proc
 from ..errors import OeqWheelsError
 from ..files import sha256_file, sweep_stale, temp_prefix
 from ..progress import warn
@@ -74,11 +76,22 @@ class Toolchain:
     strip: str
     version: str  # first line of `cxx --version`
     release: str = ""  # GCC <__VERSION__>, e.g. "GCC 14.2.1 20250110 (Red Hat 14.2.1-11)" (post1's manifest)
+    ar: str = "ar"
+    _accepts: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def accepts(self, flag: str) -> bool:
+        """Whether the C++ compiler takes flag (CMake's check_cxx_compiler_flag), asked once per flag."""
+        if flag not in self._accepts:
+            res = subprocess.run([*shlex.split(self.cxx), flag, "-Werror", "-fsyntax-only", "-x", "c++", "-"],
+                                 input="int main() { return 0; }\n", capture_output=True, text=True, timeout=60)
+            self._accepts[flag] = res.returncode == 0
+        return self._accepts[flag]
 
     @classmethod
     def detect(cls, env: dict | None = None) -> "Toolchain":
         env = os.environ if env is None else env
         cxx, cc, strip = env.get("CXX", "g++"), env.get("CC", "gcc"), env.get("STRIP", "strip")
+        ar = env.get("AR", "ar")
         if not shlex.split(cxx):
             raise CompileError("CXX is set but empty; unset it (to use g++) or name a C++ compiler")
         try:
@@ -93,7 +106,30 @@ class Toolchain:
         release = ""
         if len(words) == 2:
             release = words[1].strip('"') if words[0] != "__clang__" else "GCC " + words[1].strip('"')
-        return cls(cxx, cc, strip, out.splitlines()[0].strip(), release or out.splitlines()[0].strip())
+        return cls(cxx, cc, strip, out.splitlines()[0].strip(), release or out.splitlines()[0].strip(), ar)
+
+
+def host_arch() -> str:
+    """This machine's architecture, as pins.toml's [arch.NAME] names it."""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+
+
+def cross_toolchain(arch) -> "Toolchain":
+    """The compilers for arch (a pins.Arch) on this host: the native toolchain (CXX/CC/STRIP/AR, or g++) on a
+    host of that architecture, else Debian's cross toolchain, installed with apt-get when running as root.
+
+    Raises CompileError with the one command that fixes it when neither is there.
+    """
+    if arch.name == host_arch():
+        return Toolchain.detect()
+    tools = {k: arch.cross_prefix + v for k, v in (("CXX", "g++"), ("CC", "gcc"), ("STRIP", "strip"), ("AR", "ar"))}
+    if not all(shutil.which(v) for v in tools.values()):
+        why = debian.ensure(arch.cross_package, tools["CXX"])
+        if why:
+            raise CompileError(f"no {arch.name} cross compiler ({tools['CXX']}): {why}; install it with "
+                               f"`apt-get install {arch.cross_package}` (Debian, Ubuntu) or build only "
+                               f"--arch {host_arch()}")
+    return Toolchain.detect(tools)
 
 
 @dataclass
@@ -154,6 +190,12 @@ class ObjectCache:
         self._guard = threading.Lock()
         root.mkdir(parents=True, exist_ok=True)
         sweep_stale(root)
+
+    def with_toolchain(self, toolchain: Toolchain) -> "ObjectCache":
+        """The same cache and compiler slots, compiling with another toolchain (another architecture's)."""
+        other = object.__new__(ObjectCache)
+        other.__dict__.update(self.__dict__, toolchain=toolchain)
+        return other
 
     def key(self, source: Path, flags: list[str]) -> str:
         h = hashlib.sha256()

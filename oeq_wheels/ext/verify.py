@@ -70,7 +70,7 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
     if lib is not None:
         facts, problems = check_elf(lib, required=set(p.torch_needed | p.cuda_needed),
                                     allowed=set(p.torch_needed | p.cuda_needed), runpath=p.runpath(),
-                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
+                                    arch=p.ext_arch, forbidden_paths=default_forbidden_paths() if forbidden_paths is None
                                     else forbidden_paths)
         v.problems += problems
         v.facts.update(needed=facts["needed"], runpath=facts["runpath"])

@@ -71,6 +71,7 @@ class Recipe:
     glibc_shim: bool
     python_include: str | None = None
     torch_label: str = "torch"
+    tls_gnu2: bool = True   # nanobind passes -mtls-dialect=gnu2 where the compiler takes it (x86 GCC, not aarch64)
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
         m = {str(self.trees.nanobind): "nanobind", str(cc.SHIM_DIR): "oeq-wheels-shim"}
@@ -110,7 +111,7 @@ class Recipe:
         nb = self.trees.nanobind
         return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", f"-I{nb / 'ext' / 'robin_map' / 'include'}",
                 f"-I{self.python_include}", f"-I{nb / 'include'}", "-fvisibility=hidden", "-fno-strict-aliasing",
-                "-mtls-dialect=gnu2", *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map(nanobind_only=True)]
+                *(["-mtls-dialect=gnu2"] if self.tls_gnu2 else []), *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map(nanobind_only=True)]
 
     def stream_stub(self) -> list[str]:
         """cuda_stub_lib: stubs/stream.cpp against LibTorch's include directory."""
@@ -156,7 +157,7 @@ def link_module(ob: OeqLine, trees: StableTrees, objs: list[Path], nanobind_objs
     """MODULE library: -shared, nanobind_strip (-Wl,-s), nanobind-static's --gc-sections."""
     archive = out.with_name("libnanobind-static.a")
     archive.unlink(missing_ok=True)
-    _run(["ar", "rcsD", str(archive), *map(str, nanobind_objs)], "archiving nanobind-static")
+    _run([*shlex.split(toolchain.ar), "rcsD", str(archive), *map(str, nanobind_objs)], "archiving nanobind-static")
     _run([*shlex.split(toolchain.cxx), *RELEASE, "-shared", "-Wl,-s", "-Wl,--gc-sections", *map(str, objs),
           str(archive), "-o", str(out), *link_libraries(ob, trees, stub_dir)], "linking oeq_stable_cuda")
     archive.unlink()
@@ -188,10 +189,4 @@ def compile_all(recipe: Recipe, objects: cc.ObjectCache, jobs_pool, python: bool
         out.setdefault(kind, []).append(obj)
     out["hits"] = [o for _k, o, hit in results if hit]
     return out
-
-
-def ext_suffix(python_version: str) -> str:
-    """EXT_SUFFIX of a CPython on Linux x86_64 (what nanobind_extension names the module with)."""
-    digits = python_version.replace(".", "")
-    return f".cpython-{digits}-x86_64-linux-gnu.so"
 

@@ -11,12 +11,14 @@ from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
 
 from .. import pins as pins_mod
 from ..verify import (python_of, TORCH_CXX, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file,
-                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel)
+                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel, tag_arch)
 
 
-def line_of(version: str, p: pins_mod.Pins) -> pins_mod.OeqLine | None:
-    """The OEq line whose version this is."""
-    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version), None)
+def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:
+    """The OEq line whose version this is; with a platform tag, its build for that tag's architecture."""
+    arch = tag_arch(platform) if platform else None
+    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version
+                 and (arch is None or l.arch.name == arch)), None)
 
 
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
@@ -28,16 +30,20 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
 
     from .. import fetch, inputs
     from ..files import default_cache
-    from . import stable, wheel as oeqpy
+    from . import wheel as oeqpy
     v = Verdict(wheel)
     opened = open_wheel(wheel, v)
     if opened is None:
         return v
     name, version, tag, files = opened
-    ob = line or line_of(version, p)
-    want = [l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)]
-    if name != "openequivariance" or ob is None or version != ob.version(p.oeq.version):
+    ob = line or line_of(version, p, tag.platform)
+    want = list(dict.fromkeys(l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)))
+    if name != "openequivariance" or line_of(version, p) is None or (line and version != line.version(p.oeq.version)):
         v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
+        return v
+    if ob is None or ob.arch.name != tag_arch(tag.platform):
+        built = ", ".join(l.arch.platform_tag for l in p.line_builds(line_of(version, p).name))
+        v.problems.append(f"wheel tag {tag.platform} is not a platform the pins build {version} for ({built})")
         return v
     want_version = ob.version(p.oeq.version)
     py_version = python_of(tag)
@@ -50,7 +56,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         sdist_root = sdist_root or inputs.oeq_tree(got[p.oeq.file], p.oeq, cache)
         cuda_root = cuda_root or inputs.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
     extlib = oeqpy.EXTLIB.as_posix()
-    module = f"{extlib}/{ob.module_name}{stable.ext_suffix(py_version)}"
+    module = f"{extlib}/{ob.module_name}{ob.ext_suffix(py_version)}"
     aoti = f"{extlib}/{ob.aoti_library}"
     info = f"openequivariance-{want_version}.dist-info"
     tree = {f"openequivariance/{q.relative_to(sdist_root / 'openequivariance').as_posix()}": q
@@ -81,13 +87,47 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         data = files.get(arc)
         if data is None:
             continue
-        facts, problems = check_elf(data, required=needed, allowed=needed, runpath=ob.runpath(),
+        facts, problems = check_elf(data, required=needed, allowed=needed, runpath=ob.runpath(), arch=ob.arch,
                                     forbidden_paths=default_forbidden_paths() if forbidden_paths is None
                                     else forbidden_paths)
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
+    if module in files and aoti in files:
+        v.facts["torch_abi_audit"], problems = torch_abi_audit({a: files[a] for a in (module, aoti)}, ob)
+        v.problems += problems
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
+
+
+def torch_abi_audit(libs: dict[str, bytes], ob: pins_mod.OeqLine) -> tuple[str, list[str]]:
+    """torch-abi-audit's verdict on the wheel's libraries, as its report says it, and any disagreement with the
+    line: an independent reading (its own symbol tables and torch's shim version list) of our stable-ABI claim."""
+    import importlib.metadata
+    import tempfile
+
+    from packaging.version import Version
+    from torch_abi_audit import inspect_package
+    with tempfile.TemporaryDirectory(prefix="oeq-wheels-abi-") as tmp:
+        for arc, data in libs.items():
+            (Path(tmp) / arc).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / arc).write_bytes(data)
+        try:
+            report = inspect_package(Path(tmp) / "openequivariance")
+        except (OSError, RuntimeError) as exc:  # e.g. no `nm` on PATH
+            return "torch-abi-audit did not run", [f"torch-abi-audit: {exc}"]
+        found = [(Path(lib.path).name, lib) for lib in (*report.extensions, *report.bundled_libs)]
+    verdict, floor = report.torch_verdict, report.min_torch_version
+    said = (f"torch-abi-audit {importlib.metadata.version('torch-abi-audit')}: Torch ABI "
+            f"{verdict.removeprefix('torch-').upper()}, min torch {floor or 'n/a'}")
+    problems = [f"torch-abi-audit: {name}: {lib.error or 'uses torch internals: ' + str(lib.torch.unstable_symbols[:5])}"
+                for name, lib in found if lib.error or not lib.torch.stable]
+    if sorted(n for n, _ in found) != sorted(Path(a).name for a in libs):
+        problems.append(f"torch-abi-audit saw {sorted(n for n, _ in found)}, the wheel ships {sorted(libs)}")
+    if verdict != "torch-stable":
+        problems.append(f"torch-abi-audit says {verdict}, not torch-stable")
+    elif floor is None or Version(floor) != Version(ob.torch_min):
+        problems.append(f"torch-abi-audit's minimum torch is {floor}, the line's floor is {ob.torch_min}")
+    return said, problems
 
 
 def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:

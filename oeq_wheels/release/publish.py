@@ -157,17 +157,21 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     wanted = {vp.version for vp in served_variants}
     problems += [f"{w.name} is of no pinned {pins.package_name} variant ({', '.join(sorted(wanted))})"
                  for w in served_ext if str(parse_wheel_filename(w.name)[1]) not in wanted]
-    by_line: dict[str, list[Path]] = {line.name: [] for line in pins.oeq_lines}
+    # Each line's set is complete for every architecture it is built for (a build without a cross compiler
+    # leaves an architecture out: such a release is refused here).
+    by_line: dict[str, list[Path]] = {line.key: [] for line in pins.oeq_lines}
     for w in oeq:
-        line = line_of(str(parse_wheel_filename(w.name)[1]), pins)
+        _, version, _, tags = parse_wheel_filename(w.name)
+        line = line_of(str(version), pins, next(iter(tags)).platform)
         if line is None:
-            problems.append(f"{w.name} is of no pinned OEq line ({', '.join(l.version(pins.oeq.version) for l in pins.oeq_lines)})")
+            problems.append(f"{w.name} is of no pinned OEq line and architecture "
+                            f"({', '.join(f'{l.version(pins.oeq.version)} {l.arch.name}' for l in pins.oeq_lines)})")
         else:
-            by_line[line.name].append(w)
+            by_line[line.key].append(w)
     for line in pins.oeq_lines:
         pythons = tuple(v for v in pins.matrix.pythons if v in line.pythons)
-        problems += _check_set(by_line[line.name], line.version(pins.oeq.version), pythons,
-                               f"openequivariance {line.name}")
+        problems += _check_set(by_line[line.key], line.version(pins.oeq.version), pythons,
+                               f"openequivariance {line.name} {line.arch.name}")
     if problems:
         raise ReleaseError("refusing to publish: " + "; ".join(problems))
     return ours, oeq + sorted(served_ext)

@@ -58,11 +58,11 @@ def _get(url: str) -> bytes:
 def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
     """Fetch every link of every line's index and flat page; one line per file checked. Raises on any miss."""
     seen = []
-    for line in pins.oeq_lines:
+    for name in pins.line_names:
         projects = fetch.Links()
-        projects.feed(_get(f"{base}{line.name}/simple/").decode())
-        pages = [urljoin(f"{base}{line.name}/simple/", a["href"]) for a in projects.links]
-        for page in (*pages, f"{base}{line.name}/links.html"):
+        projects.feed(_get(f"{base}{name}/simple/").decode())
+        pages = [urljoin(f"{base}{name}/simple/", a["href"]) for a in projects.links]
+        for page in (*pages, f"{base}{name}/links.html"):
             parser = fetch.Links()
             parser.feed(_get(page).decode())
             if not parser.links:
@@ -78,7 +78,7 @@ def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
                     meta = _get(target + ".metadata")
                     if "sha256=" + hashlib.sha256(meta).hexdigest() != a["data-core-metadata"]:
                         raise RehearsalError(f"{target}.metadata does not match data-core-metadata")
-                seen.append(f"{line.name}: {target.removeprefix(base)}")
+                seen.append(f"{name}: {target.removeprefix(base)}")
     return seen
 
 

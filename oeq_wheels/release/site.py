@@ -68,7 +68,8 @@ def projects(pins: pins_mod.Pins) -> tuple[str, ...]:
 
 
 def line_of_file(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
-    """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...)."""
+    """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...); of a line
+    built for several architectures, its first build (the index is the same)."""
     try:
         project, version, _, _ = parse_wheel_filename(name)
     except InvalidWheelFilename:
@@ -193,10 +194,12 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
 
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     rows = []
-    for line in pins.oeq_lines:
+    for name in pins.line_names:
+        line, arches = pins.line_builds(name)[0], [l.arch.name for l in pins.line_builds(name)]
         cmds = [c for c in pins.install_lines() if f"/{line.name}/simple/" in c]
         rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
-                    f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}</h2>\n"
+                    f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}, Linux "
+                    f"{' and '.join(arches)}</h2>\n"
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)
                     + f'<p><a href="{line.name}/simple/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
                       f'<a href="{line.name}/links.html">flat page for --find-links</a></p>\n')
@@ -221,9 +224,10 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
             shutil.copyfile(w.path, files / w.name)
             meta[w.name] = _metadata(w.path)
             (files / f"{w.name}.metadata").write_bytes(meta[w.name])
-        by_line = {l.name: [w for w in wheels if line_of_file(w.name, pins) is l] for l in pins.oeq_lines}
-        for line in pins.oeq_lines:
-            _write_line(tmp, line, by_line[line.name], meta, projects(pins))
+        # One index per line, whatever the architecture: pip picks a wheel by its platform tag.
+        by_line = {n: [w for w in wheels if line_of_file(w.name, pins).name == n] for n in pins.line_names}
+        for name in pins.line_names:
+            _write_line(tmp, pins.line_builds(name)[0], by_line[name], meta, projects(pins))
         (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
         (tmp / ".nojekyll").write_text("")
         (tmp / "index.html").write_text(_landing(pins, {k: len(v) for k, v in by_line.items()}))
