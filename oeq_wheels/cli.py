@@ -81,7 +81,10 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("outdir", type=Path, metavar="OUTDIR", help="a build's OUTDIR (its -extra holds the OEq wheels)")
     m.add_argument("--torch", type=_pythons_arg, help="torch releases (default: the pinned tested_torch list)")
     m.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
-    m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
+    m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11; another architecture's rows "
+                                                    "use its emulated CPython, pins.toml's debian_python)")
+    m.add_argument("--arch", type=_pythons_arg, help="architectures of the rows (default: every one the lines are "
+                                                   "built for; another than this host's runs under emulation)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
     m.add_argument("--from-index", metavar="URL", help="take fastmace-oeq-ext from this simple index (e.g. "
                                                        "TestPyPI's, after an upload) instead of OUTDIR")
@@ -253,7 +256,7 @@ def _dispatch(args) -> int:
         return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
     if args.cmd == "install-matrix":
         from .release.installmatrix import run
-        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index)
+        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch)
     if args.cmd == "publish":
         from .release.publish import publish
         return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,

@@ -46,8 +46,12 @@ class Arch:
     loader: str            # the dynamic loader every Linux system of it has (a NEEDED no wheel provides)
     cross_prefix: str      # Debian's cross toolchain for it: <prefix>g++, <prefix>strip, ...
     cross_package: str     # ... and the Debian package that brings it
-    debian_arch: str = ""  # for the emulated load test's root file system
-    qemu: str = ""         # user-mode emulator of it (Debian's qemu-user-static)
+    # The emulated load test, for an architecture this host is not: Debian's name for it, the Debian release
+    # whose CPython (debian_python) runs there, and qemu's user-mode emulator of it.
+    debian_arch: str = ""
+    debian_suite: str = ""
+    debian_python: str = ""
+    qemu: str = ""
 
 
 @dataclass(frozen=True)

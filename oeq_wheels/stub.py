@@ -33,9 +33,10 @@ def undefined_driver_symbols(paths: list[Path], dynamic: bool = False) -> list[s
     return sorted(n for n in names if DRIVER_SYMBOL.match(n))
 
 
-def stub_for_library(library: Path, out_dir: Path) -> Path:
-    """A stub libcuda.so.1 defining the driver symbols a built library needs (for loading it without a GPU)."""
-    return make_stub(undefined_driver_symbols([library], dynamic=True), out_dir)
+def stub_for_library(library: Path, out_dir: Path, cc: str = "gcc") -> Path:
+    """A stub libcuda.so.1 defining the driver symbols a built library needs (for loading it without a GPU);
+    cc: a C compiler for the library's architecture."""
+    return make_stub(undefined_driver_symbols([library], dynamic=True), out_dir, cc)
 
 
 def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:

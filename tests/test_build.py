@@ -163,13 +163,14 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fre
     wrapper.chmod(0o755)
     out = tmp_path / "out"
     env = {"CXX": str(wrapper), "OEQ_WHEELS_CACHE": str(fresh_object_cache)}
-    r = run_cli("build", "--python", "3.11,3.12", str(out), env=env)
+    r = run_cli("build", "--python", "3.11,3.12", "--arch", "x86_64", str(out), env=env)  # CXX is x86_64's
     assert r.returncode == 1, r.stderr
     assert "[fastmace-oeq-ext cp312] FAILED" in r.stderr and "injected failure" in r.stderr
-    assert all(f"[openequivariance {line.name} cp312] FAILED" in r.stderr for line in P.load().oeq_lines)
+    x86 = [line for line in P.load().oeq_lines if line.arch.name == "x86_64"]
+    assert all(f"[openequivariance {line.key} cp312] FAILED" in r.stderr for line in x86)
     assert sorted(p.name for p in out.glob("*.whl")) == [cp311_wheel.name]
     assert sorted(p.name for p in extra_dir(out).glob("*.whl")) == \
-        sorted(p.name for p in extra_dir(cp311_wheel.parent).glob("*.whl"))
+        sorted(p.name for p in extra_dir(cp311_wheel.parent).glob("*_x86_64.whl"))
     assert not [p for p in (*out.iterdir(), *extra_dir(out).iterdir()) if p.name.endswith(".part")]
     assert "fastmace-oeq-ext cp312: FAILED" in (extra_dir(out) / "REPORT-failed.md").read_text()
     assert not (extra_dir(out) / "REPORT.md").exists()  # a failed build never writes REPORT

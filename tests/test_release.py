@@ -35,11 +35,11 @@ def release_dir(tmp_path, wheel, oeq_wheels):
 
 
 @pytest.fixture
-def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel, cp311_wheel):
-    """Every OEq line's cp311 wheel and the fastmace-oeq-ext build that names the cu130 one: the complete
-    served set of the cp311 pins."""
+def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel, cp311_oeq_aarch64_wheel, cp311_wheel):
+    """Every OEq line's cp311 wheel (cu130 for x86_64 and aarch64, cu128) and the fastmace-oeq-ext build that
+    names the cu130 one: the complete served set of the cp311 pins."""
     (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*.whl")
-    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel, served]
+    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel, served, cp311_oeq_aarch64_wheel]
 
 
 def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
@@ -48,8 +48,12 @@ def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
         publish.publish(out, None, True, P.load())
     assert not (extra_dir(out) / "SHA256SUMS").exists()
     out2 = release_dir(tmp_path / "b", cp311_wheel, oeq_set[:1])  # the CUDA 12 line is missing
-    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu128 set: no wheel for cp311"):
+    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu128 x86_64 set: no wheel for cp311"):
         publish.publish(out2, None, True, only_cp311(P.load()))
+    # A build without a cross compiler leaves aarch64 out (with a note); such a release is refused.
+    out3 = release_dir(tmp_path / "c", cp311_wheel, oeq_set[:3])
+    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu130 aarch64 set: no wheel for cp311"):
+        publish.publish(out3, None, True, only_cp311(P.load()))
 
 
 def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, capsys):
@@ -60,10 +64,10 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, 
         assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
     r = subprocess.run(["sha256sum", "-c", str(extra_dir(out) / "SHA256SUMS")], cwd=extra_dir(out),
                        capture_output=True, text=True)
-    assert r.stdout.count(": OK") == 3  # the served wheels sit beside SHA256SUMS
+    assert r.stdout.count(": OK") == 4  # the served wheels sit beside SHA256SUMS
     printed = capsys.readouterr().out
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
-    assert "the 3 served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) go to the GitHub release" \
+    assert "the 4 served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) go to the GitHub release" \
         in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
     from oeq_wheels.release import site
@@ -150,8 +154,9 @@ def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
     assert "garbage.whl is not a valid wheel file name" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):
-    """A second, independent build (other output directory, other object cache, later) is byte-identical."""
+def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, cp311_oeq_aarch64_wheel, tmp_path, cache):
+    """A second, independent build (other output directory, other object cache, later) is byte-identical,
+    the cross-compiled aarch64 wheel too."""
     other = tmp_path / "objects-cache"
     for sub in ("downloads", "extract"):
         (other / sub).parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +166,7 @@ def test_reproducible_two_builds_same_bytes(cp311_wheel, cp311_oeq_wheel, tmp_pa
     assert not failures
     assert (again / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
     assert (extra_dir(again) / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
+    assert (extra_dir(again) / cp311_oeq_aarch64_wheel.name).read_bytes() == cp311_oeq_aarch64_wheel.read_bytes()
     cu12 = P.load().oeq_line("cu128").version("0.7.0")
     (first,) = extra_dir(cp311_wheel.parent).glob(f"openequivariance-{cu12}-*.whl")
     assert (extra_dir(again) / first.name).read_bytes() == first.read_bytes()

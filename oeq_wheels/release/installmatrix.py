@@ -13,6 +13,10 @@ sentinel log empty. One more case mixes the lines on purpose (a CUDA 13 torch an
 index): the doctor must refuse in one line, OEq must fail to load without building anything.
 On a machine without a GPU a stub libcuda.so.1 stands in for the driver.
 
+A line's build for another architecture than this host's (aarch64 here) gets the same rows, installed for
+that platform into a target directory (pip --platform, uv --python-platform) and checked by that
+architecture's CPython under emulation (oeq_wheels.release.emulated), with a stub libcuda.so.1 of it.
+
 The machine's pip configuration is left out (PIP_CONFIG_FILE=/dev/null): a user's
 machine has none of this one's local wheel directory or constraints, and the check
 asserts the CUDA build it got rather than trusting the resolver.
@@ -21,16 +25,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
 from ..errors import OeqWheelsError, UsageError
+from ..ext.compile import cross_toolchain, host_arch
+from ..files import default_cache
 from ..output import extra_dir
-from . import hosts, site as site_mod
+from ..verify import tag_arch
+from . import emulated, hosts, site as site_mod
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
@@ -61,8 +72,17 @@ class Case:
     ok: bool = False
 
     @property
+    def foreign(self) -> bool:
+        """A build for another architecture than this host's: installed for it, run under emulation."""
+        return self.line.arch.name != host_arch()
+
+    @property
+    def index(self) -> str:
+        return self.line.name + (f" {self.line.arch.name}" if self.foreign else "") + (" (mix)" if self.mix else "")
+
+    @property
     def label(self) -> str:
-        return f"{self.torch or 'torch'} {self.line.name}{' (mix)' if self.mix else ''} {self.installer}"
+        return f"{self.torch or 'torch'} {self.index} {self.installer}"
 
 
 def requirements(torch: str, with_fastmace: bool, pins: pins_mod.Pins) -> list[str]:
@@ -109,6 +129,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
     """
+    if case.foreign:
+        return run_foreign_case(case, pins, args, base_python, keep, say, env_extra)
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.name}-{case.installer}-"))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
@@ -167,42 +189,115 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
             shutil.rmtree(work, ignore_errors=True)
 
 
+def manylinux_tags(target: str) -> list[str]:
+    """Every manylinux tag a system of `target` (manylinux_2_28_aarch64) runs, newest first, down to
+    manylinux2014 (glibc 2.17): NVIDIA's aarch64 wheels are tagged 2_27 and 2_17."""
+    major, minor, arch = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", target).groups()
+    return [f"manylinux_{major}_{m}_{arch}" for m in range(int(minor), 16, -1)] + [f"manylinux2014_{arch}"]
+
+
+def run_foreign_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
+                     env_extra: dict | None = None) -> Case:
+    """The row for another architecture: `pip install --target --platform ARGS` (or uv's --python-platform) for
+    the line's architecture and the emulated CPython's version, compilers hidden; then the same check, run by
+    that CPython under qemu with a stub libcuda.so.1 of the architecture."""
+    arch = case.line.arch
+    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.installer}-"))
+    log = work / "sentinel.log"
+    sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
+    env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
+           ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    env.update(env_extra or {})
+    target, py = work / "target", arch.debian_python
+    try:
+        root = emulated.rootfs(arch, default_cache())
+        if case.installer == "uv":
+            fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
+            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(target), "--python-platform",
+                   f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", py, *fresh, *args]
+        else:  # pip fills a directory for another machine; it takes exactly the --platform tags it is given
+            plats = [a for tag in manylinux_tags(arch.platform_tag) for a in ("--platform", tag)]
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *plats,
+                   "--implementation", "cp", "--python-version", py, "--abi", pins_mod.cp_tag(py),
+                   "--only-binary", ":all:", *args]
+        say(f"{case.label}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
+        r = proc.run(cmd, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
+            return case
+        mods = sorted((target / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
+        run_env = dict(env, PYTHONPATH=str(target))
+        if mods:
+            cc = cross_toolchain(arch).cc
+            run_env["LD_LIBRARY_PATH"] = str(stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent)
+        t0 = time.monotonic()
+        c = proc.run([*emulated.python(arch, root), "-W", "ignore", "-c", CHECK], env=run_env,
+                     capture_output=True, text=True, cwd=work)
+        took = time.monotonic() - t0
+        lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
+        check = json.loads(lines[-1][7:]) if lines else None
+        case.path = (f"OEq precompiled (our {arch.name} wheel; emulated import {took:.0f} s)"
+                     if check and check["precompiled"] else
+                     f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
+        why = judge(case, check, None, log.read_text() if log.exists() else "", pins)
+        if check is None:
+            why.append(c.stderr.strip()[-500:])
+        elif mods and not check["module"].startswith(str(target)):
+            why.append(f"OEq loaded {check['module']}, not the installed wheel's library")
+        case.ok = not why
+        case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
+        return case
+    finally:
+        if keep or not case.ok:
+            say(f"{case.label}: kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def table(cases: list[Case]) -> str:
     rows = [("torch", "index", "installer", "path taken", "result")] + [
-        (c.torch or "any", c.line.name + (" (mix)" if c.mix else ""), c.installer, c.path, c.result) for c in cases]
+        (c.torch or "any", c.index, c.installer, c.path, c.result) for c in cases]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(4)), r[4]]) for r in rows)
 
 
-def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str]) -> list[Case]:
-    """Every line's tested torches with each installer, then the mixed pair (a CUDA 13 torch, the cu12 index)."""
+def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
+         arches: list[str] | None = None) -> list[Case]:
+    """Every line's tested torches with each installer, for each architecture it is built for, then the mixed pair
+    (a CUDA 13 torch, the cu12 index)."""
     bad = [i for i in installers if i not in ("pip", "uv")]
     if bad or not installers:
         raise UsageError(f"--installer takes pip and/or uv, not {', '.join(bad) or 'nothing'}")
+    built = list(dict.fromkeys(l.arch.name for l in pins.oeq_lines))
+    if arches is not None and (not arches or set(arches) - set(built)):
+        raise UsageError(f"--arch {','.join(arches) or '(empty)'}: the OEq lines are built for {', '.join(built)}")
     known = {t for l in pins.oeq_lines for t in l.tested_torch}
     unknown = [t for t in torches or [] if t not in known]
     if unknown:
         raise UsageError(f"--torch {', '.join(unknown)}: no OEq line is tested on it; pinned: {', '.join(sorted(known))}")
     cases = [Case(t, i, line) for line in pins.oeq_lines for t in line.tested_torch
-             if torches is None or t in torches for i in installers]
-    other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major]
-    if other and (torches is None or FASTMACE_TORCH in torches):
+             if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
+             for i in installers]
+    other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major and l.arch.name == host_arch()]
+    if other and (torches is None or FASTMACE_TORCH in torches) and (arches is None or host_arch() in arches):
         cases.append(Case(FASTMACE_TORCH, installers[0], other[0], mix=True))
     return cases
 
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
-        from_index: str | None = None) -> int:
+        from_index: str | None = None, arches: list[str] | None = None) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR."""
     pins = pins_mod.load()
-    cases = plan(pins, torches, installers)
+    cases = plan(pins, torches, installers, arches)
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
-    lines_built = {site_mod.line_of_file(w.name, pins).name for w in wheels}
-    missing = sorted({c.line.name for c in cases} - lines_built)
+    built = {(site_mod.line_of_file(w.name, pins).name, tag_arch(next(iter(parse_wheel_filename(w.name)[3])).platform))
+             for w in wheels if w.name.startswith("openequivariance-")}
+    missing = sorted({c.line.key for c in cases if (c.line.name, c.line.arch.name) not in built})
     if missing:
-        raise UsageError(f"no openequivariance wheel of line {', '.join(missing)} in {extra}; build first (make wheels)")
+        raise UsageError(f"no openequivariance wheel of {', '.join(missing)} in {extra}; build first (make wheels)")
     base = pythons.find(python).executable
     say = lambda m: print(f"install-matrix: {m}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="oeq-matrix-site-") as tmp:

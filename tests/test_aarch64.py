@@ -1,0 +1,139 @@
+"""The cu130 line for Linux aarch64 (GH200, DGX Spark): cross-compiled here, proven statically, loaded under emulation.
+
+No aarch64 machine or GPU is here. What holds: the wheel's ELF files are aarch64 and link like the x86_64
+ones; verify, auditwheel's aarch64 policy and torch-abi-audit pass them; and Debian's arm64 CPython, run by
+qemu, installs PyPI's aarch64 torch and our wheel through the served index (pip and uv, every compiler a
+sentinel) and loads OEq's precompiled extension with its operators (a stub aarch64 libcuda.so.1).
+"""
+import dataclasses
+import shutil
+import zipfile
+
+import pytest
+from wheel.wheelfile import WheelFile
+
+from conftest import run_cli
+from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
+from oeq_wheels import build, debian, pins as P, verify
+from oeq_wheels.ext import compile as cc
+from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
+from oeq_wheels.release import installmatrix
+
+pytestmark = pytest.mark.slow
+EXTLIB = "openequivariance/_torch/extlib/"
+MODULE = EXTLIB + "oeq_stable_cuda.cpython-311-aarch64-linux-gnu.so"
+AOTI = EXTLIB + "liboeq_stable_cuda_aoti.so"
+
+
+def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(cp311_oeq_aarch64_wheel,
+                                                                                 cp311_oeq_wheel):
+    arm, x86 = P.load().oeq_line("cu130", "aarch64"), P.load().oeq_line("cu130")
+    version = arm.version("0.7.0")
+    assert cp311_oeq_aarch64_wheel.name == f"openequivariance-{version}-cp311-cp311-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as a, zipfile.ZipFile(cp311_oeq_wheel) as x:
+        # The same sdist tree; only the two libraries (and the build record) differ from the x86_64 wheel.
+        same = {n for n in a.namelist() if not n.endswith((".so", "RECORD", "WHEEL", OEQ_BUILD_FILE))}
+        assert same == {n for n in x.namelist() if not n.endswith((".so", "RECORD", "WHEEL", OEQ_BUILD_FILE))}
+        assert all(a.read(n) == x.read(n) for n in same)
+        for name in (MODULE, AOTI):
+            data = a.read(name)
+            facts = verify.elf_facts(data)
+            assert facts["machine"] == "EM_AARCH64" and facts["stripped"]
+            assert facts["runpath"] == x86.runpath() == arm.runpath()
+            assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
+                    "libcublas.so.13", "libcuda.so.1"} <= set(facts["needed"])
+            needs = verify.dynamic_symbols(data, defined=False)
+            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
+            assert verify.glibc_max_symbol(data) <= "GLIBC_2.28"
+        record = OeqBuild.from_json(a.read(f"openequivariance-{version}.dist-info/{OEQ_BUILD_FILE}").decode())
+    assert record.built_against.file == "torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    assert all("aarch64" in w.file for w in record.cuda_wheels) and record.compiler.startswith("aarch64-linux-gnu-g++")
+    assert (record.torch_min, record.platform_tag) == ("2.11", "manylinux_2_28_aarch64")
+
+
+def test_verify_and_torch_abi_audit_pass_it(cp311_oeq_aarch64_wheel, cp311_oeq_cu12_wheel):
+    r = run_cli("verify", str(cp311_oeq_aarch64_wheel), str(cp311_oeq_cu12_wheel))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"OK   {cp311_oeq_aarch64_wheel.name}  tag cp311-cp311-manylinux_2_28_aarch64 "
+                               "(auditwheel: manylinux_2_")  # auditwheel's aarch64 policy
+    assert lines[1].strip() == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.11.0"
+    assert lines[3].strip() == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.10.0"  # the cu128 line
+
+
+def repack(wheel, tmp_path, edit, name=None):
+    unpacked = tmp_path / "u"
+    shutil.rmtree(unpacked, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(unpacked)
+    edit(unpacked)
+    out = tmp_path / "o" / (name or wheel.name)
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    with WheelFile(out, "w") as wf:
+        wf.write_files(str(unpacked))
+    return verify_oeq_binary(out, P.load(), twine=False).problems
+
+
+def test_the_gate_refuses_a_binary_of_the_other_architecture(cp311_oeq_aarch64_wheel, cp311_oeq_wheel, tmp_path):
+    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+        x86_aoti = zf.read(AOTI)
+    problems = repack(cp311_oeq_aarch64_wheel, tmp_path, lambda u: (u / AOTI).write_bytes(x86_aoti))
+    assert any("liboeq_stable_cuda_aoti.so: is an EM_X86_64 binary, the wheel's tag says aarch64" in p
+               for p in problems), problems
+
+    def retag(u):  # the aarch64 wheel renamed and re-tagged for x86_64
+        wheel_file = next(u.glob("*.dist-info")) / "WHEEL"
+        wheel_file.write_text(wheel_file.read_text().replace("_aarch64", "_x86_64"))
+    problems = repack(cp311_oeq_aarch64_wheel, tmp_path, retag, cp311_oeq_aarch64_wheel.name.replace("aarch64", "x86_64"))
+    assert any("is an EM_AARCH64 binary, the wheel's tag says x86_64" in p for p in problems), problems
+    # auditwheel, judging by the tag, finds no x86_64 library; the build record names the aarch64 inputs.
+    assert any("auditwheel show failed" in p and "with a 'x86_64' architecture found" in p for p in problems), problems
+    assert any("build record platform_tag is 'manylinux_2_28_aarch64'" in p for p in problems), problems
+
+
+def test_torch_abi_audit_is_a_real_second_opinion(cp311_oeq_aarch64_wheel, cp311_wheel):
+    line = P.load().oeq_line("cu130", "aarch64")
+    with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as zf:
+        libs = {MODULE: zf.read(MODULE), AOTI: zf.read(AOTI)}
+    said, problems = torch_abi_audit(libs, line)
+    assert problems == [] and said == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.11.0"
+    # A floor the binary does not keep is caught...
+    said, problems = torch_abi_audit(libs, dataclasses.replace(line, torch_min="2.10"))
+    assert problems == ["torch-abi-audit's minimum torch is 2.11.0, the line's floor is 2.10"]
+    # ... and so is a library that reaches into torch's C++ internals (fastmace-oeq-ext's JIT-recipe build).
+    with zipfile.ZipFile(cp311_wheel) as zf:
+        jit = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")
+    said, problems = torch_abi_audit({MODULE: libs[MODULE], AOTI: jit}, line)
+    assert "Torch ABI UNSTABLE" in said and any("uses torch internals" in p for p in problems), problems
+
+
+def test_without_a_cross_compiler_aarch64_is_a_note_or_one_clear_error(monkeypatch):
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda n, *a, **k: None if n.startswith("aarch64-") or n == "apt-get"
+                        else real(n, *a, **k))
+    pins = P.load()
+    toolchains, notes = build.select_arches(pins, None)
+    assert list(toolchains) == ["x86_64"]
+    assert notes == ["aarch64 left out: no aarch64 cross compiler (aarch64-linux-gnu-g++): aarch64-linux-gnu-g++ "
+                     "is not installed and this system has no apt-get; install it with `apt-get install "
+                     "g++-aarch64-linux-gnu` (Debian, Ubuntu) or build only --arch x86_64"]
+    with pytest.raises(cc.CompileError, match="no aarch64 cross compiler"):
+        build.select_arches(pins, ["aarch64"])
+    with pytest.raises(build.UsageError, match="pins.toml builds for x86_64, aarch64"):
+        build.select_arches(pins, ["riscv64"])
+    monkeypatch.setattr(debian.os, "geteuid", lambda: 1000)
+    assert debian.ensure("g++-aarch64-linux-gnu", "aarch64-linux-gnu-g++") == \
+        "aarch64-linux-gnu-g++ is not installed and installing g++-aarch64-linux-gnu needs root"
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(cp311_wheel,
+                                                                                        cp311_oeq_aarch64_wheel,
+                                                                                        installer, capsys):
+    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0): `make install-matrix` runs every
+    tested torch. Served as the release serves the site; raises on any failure."""
+    assert installmatrix.run(cp311_wheel.parent, ["2.11.0"], [installer], "3.11", arches=["aarch64"]) == 0
+    table = capsys.readouterr().out
+    assert f"2.11.0  cu130 aarch64  {installer}" in table and "OEq precompiled (our aarch64 wheel; emulated import" \
+        in table and "PASS" in table
