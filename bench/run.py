@@ -4,9 +4,10 @@
     PYTHONPATH=.:runtime python bench/run.py [--out docs/benchmarks.md] [--skip-build] [--repeat 3]
 
 Prints a markdown table and writes it to --out. Measures, on this machine:
- 1. the 8-wheel build (4 fastmace-oeq-ext, 4 binary openequivariance) with the pinned
-    inputs already downloaded (empty object cache), against the floor: the bare compiler on
-    the same translation units, as many at once as there are cores;
+ 1. the release build (fastmace-oeq-ext for each OEq variant; binary openequivariance for every line and
+    architecture, aarch64 cross-compiled) with the pinned inputs already downloaded (empty object cache),
+    against the floor: the bare compiler of each architecture on the same translation units, as many at
+    once as there are cores;
  2. a no-change rebuild;
  3. a fresh process until OEq's extension is usable: OEq's stable extension from our binary
     wheel and the exact-match prebuilt vs OEq's JIT build (the toolkit-less fallback flags,
@@ -86,7 +87,7 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
                      *ctx.flags()])
     cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "json11" / "json11.cpp"), "-o", str(tmp / "json11.o"),
                  *shared.flags()])
-    cmds += stable_floor_commands(pins, cache, tool, tmp)
+    cmds += stable_floor_commands(pins, cache, tmp)
     jobs = os.cpu_count() or 1
     t0 = time.monotonic()
     running: list[subprocess.Popen] = []
@@ -100,26 +101,31 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
     return time.monotonic() - t0
 
 
-def stable_floor_commands(pins, cache: Path, tool, tmp: Path) -> list[list[str]]:
+def stable_floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
     """OEq's stable extension, every line: per line the AOTI library, the stream stub and each Python's module
     sources; per Python once, nanobind's sources (they see no torch or CUDA header, so one object serves every line)."""
     files = {i.file: cache / "downloads" / i.file for i in pins.oeq_binary_inputs()}
-    shim = build.verify.manylinux_version(pins.platform_tag) < (2, 32)
-    cmds = []
-    for n, line in enumerate(pins.oeq_lines):
+    cmds, nanobind_done = [], set()
+    for line in pins.oeq_lines:
+        # Each architecture's compiler: this host's for its own, Debian's cross compiler for aarch64.
+        tool = cc.cross_toolchain(line.arch)
+        shim = build.verify.manylinux_version(line.arch.platform_tag) < (2, 32)
+        gnu2 = tool.accepts("-mtls-dialect=gnu2")
         trees = build.stable_trees(pins, line, files, cache)
-        base = stable.Recipe(trees, shim, torch_label="torch")
-        cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"aoti-{line.name}-{i}.o"), *base.aoti()]
+        base = stable.Recipe(trees, shim, torch_label="torch", tls_gnu2=gnu2)
+        cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"aoti-{line.key}-{i}.o"), *base.aoti()]
                  for i, s in enumerate(stable.SOURCES)]
-        cmds.append([tool.cxx, "-c", str(trees.ext / "stubs" / "stream.cpp"), "-o", str(tmp / f"stream-{line.name}.o"),
+        cmds.append([tool.cxx, "-c", str(trees.ext / "stubs" / "stream.cpp"), "-o", str(tmp / f"stream-{line.key}.o"),
                      *base.stream_stub()])
         for v in line.pythons:
-            r = stable.Recipe(trees, shim, python_include=os.path.realpath(pythons.find(v).include), torch_label="torch")
-            cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"mod-{line.name}-{v}-{i}.o"), *r.module()]
+            r = stable.Recipe(trees, shim, python_include=os.path.realpath(pythons.find(v).include), torch_label="torch",
+                              tls_gnu2=gnu2)
+            cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"mod-{line.key}-{v}-{i}.o"), *r.module()]
                      for i, s in enumerate(stable.SOURCES)]
-            if n == 0:
-                cmds += [[tool.cxx, "-c", str(trees.nanobind / "src" / s), "-o", str(tmp / f"nb-{v}-{s}.o"),
-                          *r.nanobind()] for s in stable.NANOBIND_SOURCES]
+            if (line.arch.name, v) not in nanobind_done:  # nanobind's objects serve every line of one architecture
+                nanobind_done.add((line.arch.name, v))
+                cmds += [[tool.cxx, "-c", str(trees.nanobind / "src" / s), "-o",
+                          str(tmp / f"nb-{line.arch.name}-{v}-{s}.o"), *r.nanobind()] for s in stable.NANOBIND_SOURCES]
     return cmds
 
 
@@ -195,15 +201,17 @@ def main() -> int:
         assert not failures, failures
         (tmp / "floor").mkdir()
         t_floor = floor_seconds(pins, cache, tmp / "floor")
+        print(f"bench: build {t_build:.1f} s, floor {t_floor:.1f} s ({t_build / t_floor:.2f}x)", file=sys.stderr)
         t0 = time.monotonic()
         build.run(out, None, cache=c)
         t_rebuild = time.monotonic() - t0
-        prof = {(f"openequivariance {r['wheel'].split('-')[1].split('.', 3)[-1]} " if
+        prof = {(f"openequivariance {r['wheel'].split('-')[1].split('.', 3)[-1]} {build.verify.tag_arch(r['tag'])} " if
                  r["wheel"].startswith("openequivariance") else "") + r["wheel"].split("-")[2]: r["timings"] for r in got}
         sizes = {r["wheel"]: r["size"] for r in got}
         venv = venvs.torch_venv(pins, cache)
         cp311 = next(out.glob("*cp311*.whl"))
-        oeq311 = next(extra_dir(out).glob(f"openequivariance-{pins.oeq_binary.version(pins.oeq.version)}-cp311*.whl"))
+        oeq311 = next(extra_dir(out).glob(f"openequivariance-{pins.oeq_binary.version(pins.oeq.version)}-cp311*_"
+                                          f"{cc.host_arch()}.whl"))  # the one this host loads
         cold = cold_start(venv, cp311, oeq311, cache, tmp, args.repeat)
         dl_bytes = sum((cache / "downloads" / i.file).stat().st_size for i in dict.fromkeys(
             pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs()))
@@ -228,9 +236,9 @@ def main() -> int:
         "CPU only with a stub libcuda.so.1; prebuilt runs with g++/c++/ninja/nvcc replaced by failing sentinels.", "",
         "| # | what | measured | target | |", "|---|---|---|---|---|",
         f"| 1 | {len(got)}-wheel build ({n_ext} fastmace-oeq-ext: {', '.join(pins.oeq_variants)}; {len(got) - n_ext} "
-        f"openequivariance: {', '.join(l.name for l in pins.oeq_lines)}), pins cache warm, no objects | {t_build:.1f} s | "
+        f"openequivariance: {', '.join(l.key for l in pins.oeq_lines)}), pins cache warm, no objects | {t_build:.1f} s | "
         f"≤ 1.3 × floor | {mark(ratio_build <= 1.3)} |",
-        f"| 1 | floor: bare g++ on the same translation units, {os.cpu_count()} at a time | {t_floor:.1f} s | | |",
+        f"| 1 | floor: bare g++ (aarch64-linux-gnu-g++ for aarch64) on the same translation units, {os.cpu_count()} at a time | {t_floor:.1f} s | | |",
         f"| 1 | ratio build / floor | {ratio_build:.2f} | ≤ 1.3 | {mark(ratio_build <= 1.3)} |",
         f"| 2 | no-change rebuild | {t_rebuild:.1f} s | ≤ 10 s | {mark(t_rebuild <= 10)} |",
         f"| 3 | fresh process: import torch | {tor:.2f} s | | |",

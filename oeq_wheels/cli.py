@@ -81,13 +81,22 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("outdir", type=Path, metavar="OUTDIR", help="a build's OUTDIR (its -extra holds the OEq wheels)")
     m.add_argument("--torch", type=_pythons_arg, help="torch releases (default: the pinned tested_torch list)")
     m.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
-    m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11; another architecture's rows "
-                                                    "use its emulated CPython, pins.toml's debian_python)")
+    m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
+    m.add_argument("--emulated-python", type=_pythons_arg, help="another architecture's rows: these of its emulated "
+                                                              "CPythons (default: pins.toml's emulated_pythons)")
     m.add_argument("--arch", type=_pythons_arg, help="architectures of the rows (default: every one the lines are "
                                                    "built for; another than this host's runs under emulation)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
     m.add_argument("--from-index", metavar="URL", help="take fastmace-oeq-ext from this simple index (e.g. "
                                                        "TestPyPI's, after an upload) instead of OUTDIR")
+
+    cb = sub.add_parser("compare-builds", parents=[common], help="two builds' OEq wheels compared by what the gate checks",
+                        description="Each openequivariance wheel of SECOND against the same-named wheel of FIRST: "
+                                    "files, metadata, each library's machine, NEEDED, RUNPATH and imported symbols, "
+                                    "auditwheel's tag, torch-abi-audit's verdict (e.g. cross-built against native aarch64).")
+    cb.add_argument("first", type=Path, metavar="FIRST", help="a directory of wheels (e.g. dist-extra)")
+    cb.add_argument("second", type=Path, metavar="SECOND")
+    cb.add_argument("--arch", type=_pythons_arg, help="only these architectures' wheels (default: all in SECOND)")
 
     pb = sub.add_parser("publish", parents=[common], help="gate both packages, write SHA256SUMS, upload fastmace-oeq-ext with twine",
                         description="Refuse unless OUTDIR holds exactly the pinned fastmace-oeq-ext set and "
@@ -254,9 +263,13 @@ def _dispatch(args) -> int:
     if args.cmd == "clean-install":
         from .release.cleaninstall import run
         return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
+    if args.cmd == "compare-builds":
+        from .release.compare import run
+        return run(args.first, args.second, args.arch)
     if args.cmd == "install-matrix":
         from .release.installmatrix import run
-        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch)
+        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
+                   args.emulated_python)
     if args.cmd == "publish":
         from .release.publish import publish
         return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,

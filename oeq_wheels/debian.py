@@ -1,31 +1,42 @@
-"""Debian packages a command needs and installs for itself (as root): a cross toolchain, qemu, debootstrap.
+"""Debian packages a command needs and installs for itself: a cross toolchain, qemu, debootstrap.
 
 A fresh Debian or Ubuntu machine lacks them; asking the user to install each by hand, one failure at a
-time, is what this spares. Without root or apt-get the caller gets the reason, to print with the fix.
+time, is what this spares. It runs as root, or through `sudo -n` where that needs no password (CI
+runners); otherwise the caller gets the reason, to print with the fix.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 from . import proc
 from .progress import say
+
+
+def as_root() -> list[str] | None:
+    """The prefix that runs a command as root here: none for root, `sudo -n` where it needs no password."""
+    if os.geteuid() == 0:
+        return []
+    if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+        return ["sudo", "-n"]
+    return None
 
 
 def ensure(package: str, program: str) -> str | None:
     """Make `program` available, installing Debian's `package` if it is missing; None when done, else why not."""
     if shutil.which(program):
         return None
-    if os.geteuid() != 0:
+    root = as_root()
+    if root is None:
         return f"{program} is not installed and installing {package} needs root"
     if not shutil.which("apt-get"):
         return f"{program} is not installed and this system has no apt-get"
-    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     say(f"oeq-wheels: installing {package} (apt-get)")
     res = None
     for cmd in (["apt-get", "install", "-y", "-qq", package], ["apt-get", "update", "-qq"],
                 ["apt-get", "install", "-y", "-qq", package]):
-        res = proc.run(cmd, capture_output=True, text=True, env=quiet)
+        res = proc.run([*root, "env", "DEBIAN_FRONTEND=noninteractive", *cmd], capture_output=True, text=True)
         if res.returncode == 0 and cmd[1] == "install" and shutil.which(program):
             return None
     return f"apt-get install {package} failed: {(res.stderr or res.stdout).strip()[-300:]}"

@@ -46,11 +46,10 @@ class Arch:
     loader: str            # the dynamic loader every Linux system of it has (a NEEDED no wheel provides)
     cross_prefix: str      # Debian's cross toolchain for it: <prefix>g++, <prefix>strip, ...
     cross_package: str     # ... and the Debian package that brings it
-    # The emulated load test, for an architecture this host is not: Debian's name for it, the Debian release
-    # whose CPython (debian_python) runs there, and qemu's user-mode emulator of it.
+    # The emulated load test, for an architecture this host is not: Debian's name for it, each CPython it runs
+    # (X.Y -> the Debian release that ships it) and qemu's user-mode emulator of it.
     debian_arch: str = ""
-    debian_suite: str = ""
-    debian_python: str = ""
+    emulated_pythons: dict = dataclasses.field(default_factory=dict)
     qemu: str = ""
 
 

@@ -76,7 +76,7 @@ def external_ok(p: pins_mod.Pins) -> frozenset[str]:
             | {s for ob in p.oeq_lines for s in ob.cuda_sonames()})
 
 
-def _remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
+def remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
     """ask() -> a JSON-able verdict; with memo_dir, remembered under the wheel's sha256 and the tool's version.
 
     Starting auditwheel and twine takes most of a no-change rebuild, whose wheels are byte-identical
@@ -104,7 +104,7 @@ def audit(wheel: Path, memo_dir: Path | None = None) -> dict:
         if res.returncode != 0:
             raise OeqWheelsError(f"auditwheel show failed: {res.stderr.strip()[-2000:]}")
         return json.loads(res.stdout)
-    return _remembered("auditwheel", wheel, ask, memo_dir)
+    return remembered("auditwheel", wheel, ask, memo_dir)
 
 
 def twine_check(wheel: Path, memo_dir: Path | None = None) -> str | None:
@@ -113,7 +113,7 @@ def twine_check(wheel: Path, memo_dir: Path | None = None) -> str | None:
         res = proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
                        capture_output=True, text=True)
         return {"problem": None if res.returncode == 0 else (res.stdout + res.stderr).strip()[-1500:]}
-    return _remembered("twine", wheel, ask, memo_dir)["problem"]
+    return remembered("twine", wheel, ask, memo_dir)["problem"]
 
 
 def proven_tag(report: dict, allowed: frozenset[str]) -> tuple[str | None, list[str]]:

@@ -17,7 +17,7 @@ from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, verify
 from oeq_wheels.ext import compile as cc
 from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
-from oeq_wheels.release import installmatrix
+from oeq_wheels.release import emulated, installmatrix
 
 pytestmark = pytest.mark.slow
 EXTLIB = "openequivariance/_torch/extlib/"
@@ -122,18 +122,70 @@ def test_without_a_cross_compiler_aarch64_is_a_note_or_one_clear_error(monkeypat
         build.select_arches(pins, ["aarch64"])
     with pytest.raises(build.UsageError, match="pins.toml builds for x86_64, aarch64"):
         build.select_arches(pins, ["riscv64"])
-    monkeypatch.setattr(debian.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(debian, "as_root", lambda: None)  # neither root nor a password-free sudo
     assert debian.ensure("g++-aarch64-linux-gnu", "aarch64-linux-gnu-g++") == \
         "aarch64-linux-gnu-g++ is not installed and installing g++-aarch64-linux-gnu needs root"
 
 
-@pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(cp311_wheel,
-                                                                                        cp311_oeq_aarch64_wheel,
-                                                                                        installer, capsys):
-    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0): `make install-matrix` runs every
-    tested torch. Served as the release serves the site; raises on any failure."""
-    assert installmatrix.run(cp311_wheel.parent, ["2.11.0"], [installer], "3.11", arches=["aarch64"]) == 0
+def test_the_emulated_cpython_is_one_of_the_pinned_ones_and_making_it_needs_root(monkeypatch, tmp_path):
+    arch = P.load().arches["aarch64"]
+    assert arch.emulated_pythons == {"3.11": "bookworm", "3.13": "trixie"}
+    with pytest.raises(emulated.EmulationError, match="no emulated CPython 3.12 for aarch64; .* emulated_pythons: 3.11, 3.13"):
+        emulated.rootfs(arch, "3.12", tmp_path)
+    monkeypatch.setattr(debian, "as_root", lambda: None)
+    if shutil.which(arch.qemu) and shutil.which("debootstrap"):
+        with pytest.raises(emulated.EmulationError, match="needs root"):
+            emulated.rootfs(arch, "3.11", tmp_path)
+        assert not (tmp_path / "emulated").exists()  # nothing half-made
+    cmd = emulated.command(arch, "3.13", tmp_path)
+    assert cmd == ["qemu-aarch64-static", "-cpu", "max,pauth=off", "-L", str(tmp_path), str(tmp_path / "usr/bin/python3.13")]
+
+
+@pytest.fixture(scope="module")
+def cp313_set(cp311_wheel, tmp_path_factory, fresh_object_cache):
+    """The cp313 wheels beside the cp311 ones (Debian 13's arm64 CPython is 3.13)."""
+    out = tmp_path_factory.mktemp("cp313") / "dist"
+    shutil.copytree(cp311_wheel.parent, out)
+    shutil.copytree(cp311_wheel.parent.with_name("dist-extra"), out.with_name("dist-extra"))
+    rows, failures = build.run(out, ["3.13"], cache=fresh_object_cache, arches=["aarch64"])
+    assert not failures, failures
+    return out
+
+
+@pytest.mark.parametrize("installer, python", [("uv", "3.11"), ("pip", "3.11"), ("uv", "3.13")])
+def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(cp313_set, installer,
+                                                                                        python, capsys):
+    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 and
+    Debian 13's 3.13: `make install-matrix` runs every tested torch. Served as the release serves the site;
+    raises on any failure."""
+    assert installmatrix.run(cp313_set, ["2.11.0"], [installer], "3.11", arches=["aarch64"],
+                             emulated_pythons=[python]) == 0
     table = capsys.readouterr().out
-    assert f"2.11.0  cu130 aarch64  {installer}" in table and "OEq precompiled (our aarch64 wheel; emulated import" \
-        in table and "PASS" in table
+    assert f"2.11.0  cu130 aarch64 py{python}  {installer}" in table and \
+        "OEq precompiled (our aarch64 wheel; emulated import" in table and "PASS" in table
+
+
+def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel, tmp_path):
+    """release.yml's comparison of the cross-built aarch64 wheels with the native ones (other compiler, other
+    bytes): the same wheel is SAME; a difference a user's machine could see is named; a wheel the gate refuses
+    is refused."""
+    first, second = tmp_path / "cross", tmp_path / "native"
+    first.mkdir()
+    shutil.copy(cp311_oeq_aarch64_wheel, first)
+    r = run_cli("compare-builds", str(first), str(first))
+    assert r.returncode == 0 and r.stdout.startswith(f"SAME {cp311_oeq_aarch64_wheel.name} (byte-identical)"), \
+        r.stdout + r.stderr
+
+    def other_generator(u):
+        wheel_file = next(u.glob("*.dist-info")) / "WHEEL"
+        wheel_file.write_text(wheel_file.read_text().replace("Generator: oeq-wheels", "Generator: other"))
+    assert repack(cp311_oeq_aarch64_wheel, tmp_path, other_generator) == []  # the gate takes it
+    shutil.copytree(tmp_path / "o", second)
+    r = run_cli("compare-builds", str(first), str(second), "--arch", "aarch64")
+    assert r.returncode == 1 and f"DIFF {cp311_oeq_aarch64_wheel.name}" in r.stdout, r.stdout + r.stderr
+    assert "dist-info/WHEEL differs" in r.stdout and "1 of 1 wheels differ in what the gate checks" in r.stderr
+    with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as zf:
+        module = zf.read(MODULE)
+    repack(cp311_oeq_aarch64_wheel, tmp_path, lambda u: (u / AOTI).write_bytes(module))
+    r = run_cli("compare-builds", str(first), str(tmp_path / "o"))
+    assert r.returncode == 1 and "fails the gate" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -58,7 +58,15 @@ def test_the_plan_covers_every_line_and_the_mix():
     got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
     assert ("2.10.0", "cu128", "uv", False) in got and ("2.15.0", "cu130", "pip", False) in got
     assert ("2.14.1", "cu128", "pip", True) in got
-    assert len(cases) == 2 * sum(len(l.tested_torch) for l in pins.oeq_lines) + 1
+    # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, Debian 13's 3.13)
+    assert ("2.15.0", "cu130", "uv", False) in {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
+    assert {c.python for c in cases if c.foreign} == {"3.11", "3.13"} and {c.python for c in cases if not c.foreign} == {""}
+    per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
+    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + 1
+    narrow = installmatrix.plan(pins, ["2.11.0"], ["uv"], ["aarch64"], ["3.13"])
+    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [("2.11.0", "cu130-aarch64", "3.13", "uv")]
+    with pytest.raises(installmatrix.UsageError, match="the OEq lines are built for x86_64, aarch64"):
+        installmatrix.plan(pins, None, ["uv"], ["riscv64"])
     with pytest.raises(installmatrix.UsageError, match="no OEq line is tested on it"):
         installmatrix.plan(pins, ["2.9.0"], ["pip"])
 

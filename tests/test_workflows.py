@@ -98,7 +98,7 @@ def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_i
     assert any("make check-tag" in step.get("run", "") and 'REPOSITORY="$GITHUB_REPOSITORY"' in step["run"]
                for step in jobs["tag"]["steps"])
     assert jobs["tests"]["uses"] == "./.github/workflows/test.yml"  # the same tests, on this very commit
-    assert set(jobs["build"]["needs"]) == {"tag", "tests"}
+    assert set(jobs["build"]["needs"]) == {"tag", "tests", "build-aarch64-native"}
     ci = jobs["clean-install"]
     assert ci["strategy"]["fail-fast"] is False
     assert ci["strategy"]["matrix"]["python"] == list(__import__("oeq_wheels.pins").pins.load().matrix.pythons)
@@ -144,3 +144,17 @@ def test_dependabot_watches_the_pinned_actions():
     import yaml
     cfg = yaml.safe_load((REPO / ".github" / "dependabot.yml").read_text())
     assert [u["package-ecosystem"] for u in cfg["updates"]] == ["github-actions"]
+
+
+def test_release_builds_aarch64_natively_in_the_pinned_image_and_holds_the_cross_build_to_it():
+    jobs = load("release.yml")["jobs"]
+    native = jobs["build-aarch64-native"]
+    pinned = next(l for l in (REPO / "docker" / "IMAGE-aarch64").read_text().splitlines() if l and l[0] != "#")
+    assert native["container"]["image"] == pinned and "@sha256:e7035406e58d96b7407246af" in pinned
+    assert native["runs-on"].endswith("-arm") and native["permissions"] == {"contents": "read"}
+    runs = " ".join(s.get("run", "") for s in native["steps"])
+    assert "build.sh native --runner host --arch aarch64" in runs and "oeq_wheels verify native-extra/" in runs
+    build = " ".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert "--runner docker --arch x86_64" in build and "--runner host --arch aarch64" in build
+    assert "compare-builds dist-extra native-extra --arch aarch64" in build
+    assert '--torch 2.11.0 --arch aarch64' in build  # the emulated rows

@@ -11,7 +11,7 @@ from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
 
 from .. import pins as pins_mod
 from ..verify import (python_of, TORCH_CXX, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file,
-                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel, tag_arch)
+                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel, remembered, tag_arch)
 
 
 def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:
@@ -92,9 +92,11 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
                                     else forbidden_paths)
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
-    if module in files and aoti in files:
-        v.facts["torch_abi_audit"], problems = torch_abi_audit({a: files[a] for a in (module, aoti)}, ob)
-        v.problems += problems
+    if module in files and aoti in files:  # remembered by the build like auditwheel's verdict (verify.remembered)
+        said = remembered("torch-abi-audit", wheel, lambda: dict(zip(("said", "problems"), torch_abi_audit(
+            {a: files[a] for a in (module, aoti)}, ob))), memo_dir)
+        v.facts["torch_abi_audit"] = said["said"]
+        v.problems += said["problems"]
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 

@@ -1,8 +1,9 @@
 """Another architecture's CPython on this host, under user-mode emulation: how an aarch64 wheel is loaded here.
 
-There is no aarch64 machine to test on. Debian's arm64 CPython is the next best interpreter: debootstrap's
-first stage (--foreign) downloads and unpacks the base system without running anything of the target,
-and every package it fetched (python3.11 among them) is unpacked the same way. qemu-user-static runs
+There is no aarch64 machine to test on. Debian's arm64 CPythons are the next best interpreters (3.11 from
+Debian 12, 3.13 from Debian 13; pins: emulated_pythons): debootstrap's first stage (--foreign) downloads and
+unpacks the base system without running anything of the target, and every package it fetched (the
+CPython among them) is unpacked the same way. qemu-user-static runs
 that interpreter with the root file system as its library prefix (-L), so no binfmt_misc registration,
 chroot or container is needed. qemu emulates pointer authentication slowly and nothing here needs it:
 `-cpu max,pauth=off`.
@@ -28,9 +29,17 @@ class EmulationError(OeqWheelsError):
     pass
 
 
-def packages(arch: Arch) -> tuple[str, ...]:
+def packages(python: str) -> tuple[str, ...]:
     """What the root file system needs beyond Debian's minimal base: the CPython and the C++ runtime torch uses."""
-    return (f"python{arch.debian_python}", "libstdc++6", "libgomp1")
+    return (f"python{python}", "libstdc++6", "libgomp1")
+
+
+def suite(arch: Arch, python: str) -> str:
+    """The Debian release whose CPython X.Y runs under emulation (pins: emulated_pythons)."""
+    if python not in arch.emulated_pythons:
+        raise EmulationError(f"no emulated CPython {python} for {arch.name}; pins.toml's [arch.{arch.name}] "
+                             f"emulated_pythons: {', '.join(arch.emulated_pythons) or 'none'}")
+    return arch.emulated_pythons[python]
 
 
 def ensure_tools(arch: Arch) -> None:
@@ -42,31 +51,41 @@ def ensure_tools(arch: Arch) -> None:
                                  f"(apt-get install {package})")
 
 
-def rootfs(arch: Arch, cache: Path) -> Path:
-    """A Debian root file system of arch holding its CPython, made once and kept in the cache (~260 MB)."""
+def rootfs(arch: Arch, python: str, cache: Path) -> Path:
+    """A Debian root file system of arch holding its CPython X.Y, made once and kept in the cache (~260 MB)."""
     if not arch.debian_arch:
         raise EmulationError(f"pins.toml's [arch.{arch.name}] names no debian_arch: no emulated test for it")
+    release = suite(arch, python)
     ensure_tools(arch)
-    key = hashlib.sha256(" ".join([arch.debian_arch, arch.debian_suite, MIRROR, *packages(arch)]).encode())
-    name = f"rootfs-{arch.debian_arch}-{arch.debian_suite}-{key.hexdigest()[:12]}"
+    key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python)]).encode())
+    name = f"rootfs-{arch.debian_arch}-{release}-{key.hexdigest()[:12]}"
     root = cache / "emulated" / name
     if (root / ".complete").is_file():
         return root
+    sudo = debian.as_root()
+    if sudo is None:
+        raise EmulationError(f"making the Debian {arch.debian_arch} root file system needs root (debootstrap); run "
+                             f"this once as root (it is kept in {root.parent}), or where `sudo -n` works")
     root.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(root.parent)
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=temp_prefix(name)))
     try:
-        res = proc.run(["debootstrap", f"--arch={arch.debian_arch}", "--foreign", "--variant=minbase",
-                        f"--include={','.join(packages(arch))}", arch.debian_suite, str(tmp), MIRROR],
+        res = proc.run([*sudo, "debootstrap", f"--arch={arch.debian_arch}", "--foreign", "--variant=minbase",
+                        f"--include={','.join(packages(python))}", release, str(tmp), MIRROR],
                        capture_output=True, text=True)
+        if sudo:  # made through sudo: hand the tree back to this user, who unpacks the rest and later removes it
+            proc.run([*sudo, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(tmp)], capture_output=True)
         if res.returncode != 0:
-            raise EmulationError(f"debootstrap of Debian {arch.debian_suite} {arch.debian_arch} failed "
+            raise EmulationError(f"debootstrap of Debian {release} {arch.debian_arch} failed "
                                  f"(exit {res.returncode}): {(res.stderr or res.stdout).strip()[-400:]}")
         # The first stage unpacks only the essential packages; the others wait in the archive for a second
         # stage that would run target code. Unpacking them is all the interpreter needs (nothing is configured).
         # `dpkg-deb -x` would replace merged /usr's symlinks (lib -> usr/lib, where qemu finds the aarch64
         # loader) with directories; tar keeps them.
-        for deb in sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb")):
+        debs = sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb"))
+        # Test infrastructure, not a build input: what it was made of is written down, not pinned.
+        (tmp / ".packages").write_text("".join(f"{d.name}\n" for d in debs))
+        for deb in debs:
             res = proc.run(["sh", "-c", 'dpkg-deb --fsys-tarfile "$1" | tar -x --keep-directory-symlink -C "$2"',
                             "unpack", str(deb), str(tmp)], capture_output=True, text=True)
             if res.returncode != 0:
@@ -74,8 +93,8 @@ def rootfs(arch: Arch, cache: Path) -> Path:
         if not (tmp / "lib").is_symlink():
             raise EmulationError(f"the {arch.debian_arch} root file system lost its merged /usr (lib is not a symlink)")
         shutil.rmtree(tmp / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-        if not (tmp / "usr" / "bin" / f"python{arch.debian_python}").is_file():
-            raise EmulationError(f"Debian {arch.debian_suite} {arch.debian_arch} has no python{arch.debian_python}")
+        if not (tmp / "usr" / "bin" / f"python{python}").is_file():
+            raise EmulationError(f"Debian {release} {arch.debian_arch} has no python{python}")
         (tmp / ".complete").write_text("")
         os.replace(tmp, root)
     except BaseException:
@@ -84,6 +103,6 @@ def rootfs(arch: Arch, cache: Path) -> Path:
     return root
 
 
-def python(arch: Arch, root: Path) -> list[str]:
-    """The command that runs root's CPython of arch on this host."""
-    return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(root / "usr" / "bin" / f"python{arch.debian_python}")]
+def command(arch: Arch, python: str, root: Path) -> list[str]:
+    """The command that runs root's CPython X.Y of arch on this host."""
+    return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(root / "usr" / "bin" / f"python{python}")]

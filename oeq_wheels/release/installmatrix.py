@@ -67,6 +67,7 @@ class Case:
     installer: str
     line: pins_mod.OeqLine      # the line whose index the install is given
     mix: bool = False           # torch of another CUDA major: a refusal is the pass
+    python: str = ""            # another architecture's row: the emulated CPython X.Y it runs under
     path: str = "-"
     result: str = "not run"
     ok: bool = False
@@ -78,7 +79,8 @@ class Case:
 
     @property
     def index(self) -> str:
-        return self.line.name + (f" {self.line.arch.name}" if self.foreign else "") + (" (mix)" if self.mix else "")
+        return self.line.name + (f" {self.line.arch.name} py{self.python}" if self.foreign else "") + \
+            (" (mix)" if self.mix else "")
 
     @property
     def label(self) -> str:
@@ -123,62 +125,87 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
     return why
 
 
+def _install_command(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, work: Path,
+                     env: dict) -> tuple[list[str], list[str], Path | None]:
+    """(the install command, the interpreter that runs the check, the install's directory or None for a venv's).
+
+    This host's architecture: a fresh venv and its pip, or uv into it. Another architecture: a target directory
+    filled for that platform and the emulated CPython's version (pip takes exactly the --platform tags it is
+    given), checked by that CPython under qemu."""
+    fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
+    if case.foreign:
+        arch, py, target = case.line.arch, case.python, work / "target"
+        runner = emulated.command(arch, py, emulated.rootfs(arch, py, default_cache()))
+        if case.installer == "uv":
+            return ([sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(target), "--python-platform",
+                     f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", py, *fresh, *args],
+                    runner, target)
+        plats = [a for tag in manylinux_tags(arch.platform_tag) for a in ("--platform", tag)]
+        return ([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *plats, "--implementation",
+                 "cp", "--python-version", py, "--abi", pins_mod.cp_tag(py), "--only-binary", ":all:", *args],
+                runner, target)
+    venv = work / "venv"
+    vpy = str(venv / "bin" / "python")
+    if case.installer == "uv":
+        proc.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
+                 env=env, check=True, capture_output=True)
+        # uv takes wheel file names as immutable; a rebuilt wheel of the same name must not come from its cache.
+        return [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", vpy, *fresh, *args], [vpy], None
+    proc.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
+    return [vpy, "-m", "pip", "install", "-q", *args], [vpy], None
+
+
 def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
              with_fastmace: bool, env_extra: dict | None = None) -> Case:
-    """One fresh venv and `pip install ARGS` (or `uv pip install ARGS`), compilers hidden before it; then the checks.
+    """One fresh install of ARGS (pip or uv), compilers hidden before it; then the checks.
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
     """
-    if case.foreign:
-        return run_foreign_case(case, pins, args, base_python, keep, say, env_extra)
-    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.name}-{case.installer}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.python or 'venv'}-"
+                                        f"{case.installer}-"))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
     env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})
-    venv = work / "venv"
-    vpy = venv / "bin" / "python"
     try:
-        if case.installer == "uv":
-            proc.run([sys.executable, "-m", "uv", "venv", "-q", "--python", base_python, str(venv)],
-                     env=env, check=True, capture_output=True)
-            # uv takes wheel file names as immutable; a rebuilt wheel of the same name must not come from its cache.
-            fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
-            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(vpy), *fresh, *args]
-        else:
-            proc.run([base_python, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
-            cmd = [str(vpy), "-m", "pip", "install", "-q", *args]
+        cmd, runner, site = _install_command(case, pins, args, base_python, work, env)
         say(f"{case.label}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
         r = proc.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
             return case
-        site = Path(proc.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip())
+        run_env = dict(env, PYTHONPATH=str(site)) if site else dict(env)
+        site = site or Path(proc.run([*runner, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
-        run_env = dict(env)
-        if mods and not has_gpu():
-            stub_dir = stub.stub_for_library(mods[0], work / "libcuda-stub").parent
-            run_env["LD_LIBRARY_PATH"] = str(stub_dir)
+        if mods and (case.foreign or not has_gpu()):  # a stub driver of the library's architecture
+            cc = cross_toolchain(case.line.arch).cc if case.foreign else "gcc"
+            run_env["LD_LIBRARY_PATH"] = str(stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent)
         if with_fastmace:
             run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled
-        c = proc.run([str(vpy), "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True, cwd=work)
+        t0 = time.monotonic()
+        c = proc.run([*runner, "-W", "ignore", "-c", CHECK], env=run_env, capture_output=True, text=True, cwd=work)
+        took = time.monotonic() - t0
         lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
         check = json.loads(lines[-1][7:]) if lines else None
         doctor = None
         if with_fastmace:
-            d = proc.run([str(vpy), "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True, cwd=work)
+            d = proc.run([*runner, "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True, cwd=work)
             doctor = (d.returncode, d.stdout)
             if case.mix and d.stdout:
                 case.path = "refused: " + d.stdout.splitlines()[0][:110]
         if not case.mix:
-            case.path = ("OEq precompiled (our binary wheel)" if check and check["precompiled"] else
+            whose = f"our {case.line.arch.name} wheel; emulated import {took:.0f} s" if case.foreign else \
+                "our binary wheel"
+            case.path = (f"OEq precompiled ({whose})" if check and check["precompiled"] else
                          f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
         why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
         if check is None:
             why.append(c.stderr.strip()[-500:])
+        elif mods and check["built"] and not (check["module"] or "").startswith(str(site)):
+            why.append(f"OEq loaded {check['module']}, not the installed wheel's library")
         case.ok = not why
         case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
         return case
@@ -196,65 +223,6 @@ def manylinux_tags(target: str) -> list[str]:
     return [f"manylinux_{major}_{m}_{arch}" for m in range(int(minor), 16, -1)] + [f"manylinux2014_{arch}"]
 
 
-def run_foreign_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
-                     env_extra: dict | None = None) -> Case:
-    """The row for another architecture: `pip install --target --platform ARGS` (or uv's --python-platform) for
-    the line's architecture and the emulated CPython's version, compilers hidden; then the same check, run by
-    that CPython under qemu with a stub libcuda.so.1 of the architecture."""
-    arch = case.line.arch
-    work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.installer}-"))
-    log = work / "sentinel.log"
-    sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
-    env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
-           ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PATH=f"{sbin}{os.pathsep}{env['PATH']}", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
-    env.update(env_extra or {})
-    target, py = work / "target", arch.debian_python
-    try:
-        root = emulated.rootfs(arch, default_cache())
-        if case.installer == "uv":
-            fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
-            cmd = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(target), "--python-platform",
-                   f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", py, *fresh, *args]
-        else:  # pip fills a directory for another machine; it takes exactly the --platform tags it is given
-            plats = [a for tag in manylinux_tags(arch.platform_tag) for a in ("--platform", tag)]
-            cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *plats,
-                   "--implementation", "cp", "--python-version", py, "--abi", pins_mod.cp_tag(py),
-                   "--only-binary", ":all:", *args]
-        say(f"{case.label}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
-        r = proc.run(cmd, env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
-            return case
-        mods = sorted((target / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
-        run_env = dict(env, PYTHONPATH=str(target))
-        if mods:
-            cc = cross_toolchain(arch).cc
-            run_env["LD_LIBRARY_PATH"] = str(stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent)
-        t0 = time.monotonic()
-        c = proc.run([*emulated.python(arch, root), "-W", "ignore", "-c", CHECK], env=run_env,
-                     capture_output=True, text=True, cwd=work)
-        took = time.monotonic() - t0
-        lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
-        check = json.loads(lines[-1][7:]) if lines else None
-        case.path = (f"OEq precompiled (our {arch.name} wheel; emulated import {took:.0f} s)"
-                     if check and check["precompiled"] else
-                     f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
-        why = judge(case, check, None, log.read_text() if log.exists() else "", pins)
-        if check is None:
-            why.append(c.stderr.strip()[-500:])
-        elif mods and not check["module"].startswith(str(target)):
-            why.append(f"OEq loaded {check['module']}, not the installed wheel's library")
-        case.ok = not why
-        case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
-        return case
-    finally:
-        if keep or not case.ok:
-            say(f"{case.label}: kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
-
 def table(cases: list[Case]) -> str:
     rows = [("torch", "index", "installer", "path taken", "result")] + [
         (c.torch or "any", c.index, c.installer, c.path, c.result) for c in cases]
@@ -263,9 +231,9 @@ def table(cases: list[Case]) -> str:
 
 
 def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
-         arches: list[str] | None = None) -> list[Case]:
-    """Every line's tested torches with each installer, for each architecture it is built for, then the mixed pair
-    (a CUDA 13 torch, the cu12 index)."""
+         arches: list[str] | None = None, emulated_pythons: list[str] | None = None) -> list[Case]:
+    """Every line's tested torches with each installer, for each architecture it is built for (another than this
+    host's with each of its emulated CPythons), then the mixed pair (a CUDA 13 torch, the cu12 index)."""
     bad = [i for i in installers if i not in ("pip", "uv")]
     if bad or not installers:
         raise UsageError(f"--installer takes pip and/or uv, not {', '.join(bad) or 'nothing'}")
@@ -276,9 +244,11 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
     unknown = [t for t in torches or [] if t not in known]
     if unknown:
         raise UsageError(f"--torch {', '.join(unknown)}: no OEq line is tested on it; pinned: {', '.join(sorted(known))}")
-    cases = [Case(t, i, line) for line in pins.oeq_lines for t in line.tested_torch
+    rows = lambda line: [""] if line.arch.name == host_arch() else \
+        [v for v in line.arch.emulated_pythons if emulated_pythons is None or v in emulated_pythons]
+    cases = [Case(t, i, line, python=v) for line in pins.oeq_lines for t in line.tested_torch
              if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
-             for i in installers]
+             for v in rows(line) for i in installers]
     other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major and l.arch.name == host_arch()]
     if other and (torches is None or FASTMACE_TORCH in torches) and (arches is None or host_arch() in arches):
         cases.append(Case(FASTMACE_TORCH, installers[0], other[0], mix=True))
@@ -286,10 +256,11 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
-        from_index: str | None = None, arches: list[str] | None = None) -> int:
+        from_index: str | None = None, arches: list[str] | None = None,
+        emulated_pythons: list[str] | None = None) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR."""
     pins = pins_mod.load()
-    cases = plan(pins, torches, installers, arches)
+    cases = plan(pins, torches, installers, arches, emulated_pythons)
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []

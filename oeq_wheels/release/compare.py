@@ -1,0 +1,96 @@
+"""Two builds of the same wheels compared by what the gate checks, not by bytes.
+
+The release builds the aarch64 wheels twice: cross-compiled on x86_64 (Debian's or Ubuntu's
+aarch64-linux-gnu-g++) and natively in the pinned manylinux_2_28_aarch64 image on an arm runner
+(its gcc-toolset). Other compilers give other bytes; what must not differ is what a user's machine
+sees: the file list, the metadata, each library's architecture, NEEDED, RUNPATH, the symbols it
+takes from torch, CUDA and glibc (with their versions), auditwheel's tag and torch-abi-audit's verdict.
+"""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE
+from packaging.utils import parse_wheel_filename
+
+from .. import pins as pins_mod, verify
+from ..errors import OeqWheelsError
+
+
+class CompareError(OeqWheelsError):
+    pass
+
+
+def facts(wheel: Path, pins: pins_mod.Pins) -> dict:
+    """What the gate sees of one binary openequivariance wheel (it must pass the gate first)."""
+    from ..oeq.verify import verify_oeq_binary
+    v = verify_oeq_binary(wheel, pins)
+    if not v.ok:
+        raise CompareError(f"{wheel.name} fails the gate: {'; '.join(v.problems)}")
+    out = {"auditwheel": v.facts["auditwheel_sym_tag"], "torch-abi-audit": v.facts["torch_abi_audit"]}
+    with zipfile.ZipFile(wheel) as zf:
+        out["files"] = sorted(zf.namelist())
+        for name in out["files"]:
+            data = zf.read(name)
+            if name.endswith(".so"):
+                elf = verify.elf_facts(data)
+                out[name] = {"machine": elf["machine"], "needed": elf["needed"], "runpath": elf["runpath"],
+                             "imports": sorted(f"{n}@{ver}" if ver else n
+                                               for n, ver in verify.dynamic_symbols(data, defined=False))}
+            elif name.endswith(OEQ_BUILD_FILE):  # the same pinned inputs; the compiler and the hashes differ
+                record = json.loads(data)
+                out[name] = {k: json.dumps(v) for k, v in record.items() if k not in ("compiler", "files")}
+            elif not name.endswith("/RECORD"):
+                out[name] = data  # the sdist's files, METADATA, WHEEL: byte for byte
+    return out
+
+
+def compare(a: Path, b: Path, pins: pins_mod.Pins) -> list[str]:
+    """How the gate's view of b differs from a's (empty: the same wheel as far as a user's machine can tell)."""
+    fa, fb = facts(a, pins), facts(b, pins)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) == fb.get(key):
+            continue
+        if isinstance(fa.get(key), dict) and isinstance(fb.get(key), dict):
+            for sub in sorted(set(fa[key]) | set(fb[key])):
+                x, y = fa[key].get(sub), fb[key].get(sub)
+                if x != y:
+                    if isinstance(x, list) and isinstance(y, list):
+                        out.append(f"{key}: {sub} only in {a.parent.name}: {sorted(set(x) - set(y))[:8]}, "
+                                   f"only in {b.parent.name}: {sorted(set(y) - set(x))[:8]}")
+                    else:
+                        out.append(f"{key}: {sub} {x!r} vs {y!r}")
+        elif isinstance(fa.get(key), bytes) or isinstance(fb.get(key), bytes):
+            out.append(f"{key} differs")
+        else:
+            out.append(f"{key}: {fa.get(key)!r} vs {fb.get(key)!r}")
+    return out
+
+
+def run(first: Path, second: Path, arches: list[str] | None = None) -> int:
+    """Every binary openequivariance wheel of `first` (a directory, e.g. OUTDIR-extra) against the same-named
+    wheel of `second`; only those of the given architectures (default: every one in `second`)."""
+    pins = pins_mod.load()
+    pick = lambda d: {w.name: w for w in sorted(Path(d).glob("openequivariance-*.whl"))
+                      if arches is None or verify.tag_arch(next(iter(parse_wheel_filename(w.name)[3])).platform)
+                      in arches}
+    a, b = pick(first), pick(second)
+    if not b:
+        raise CompareError(f"{second} holds no openequivariance wheel{' for ' + ','.join(arches) if arches else ''}")
+    missing = sorted(set(b) - set(a))
+    if missing:
+        raise CompareError(f"{first} lacks {', '.join(missing)}; build it there first")
+    bad = 0
+    for name in sorted(b):
+        diff = compare(a[name], b[name], pins)
+        same_bytes = a[name].read_bytes() == b[name].read_bytes()
+        print(f"{'SAME' if not diff else 'DIFF'} {name}{' (byte-identical)' if same_bytes else ''}")
+        for d in diff:
+            print(f"     - {d}")
+        bad += bool(diff)
+    if bad:
+        raise CompareError(f"{bad} of {len(b)} wheels differ in what the gate checks")
+    return 0
