@@ -288,9 +288,9 @@ def checked_torch(torch_root: Path, pin: pins_mod.Pinned, local: str, cuda: str)
 def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dict[str, cc.Toolchain], list[str]]:
     """The architectures to build and each one's toolchain, and notes on those left out.
 
-    Asked for by name (--arch), an architecture without a toolchain fails the build; by default, one whose
-    cross compiler this host lacks and cannot install (a manylinux container) is left out with a note:
-    publish refuses a release that lacks its wheels.
+    This host's own architecture, and any asked for by name (--arch), fail the build without a working
+    compiler; by default, another architecture whose cross compiler this host lacks and cannot install (a
+    manylinux container) is left out with a note: publish refuses a release that lacks its wheels.
     """
     known = list(dict.fromkeys([pins.ext_arch.name, *(l.arch.name for l in pins.oeq_lines)]))
     if requested is not None:
@@ -303,7 +303,7 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dic
         try:
             toolchains[name] = cc.cross_toolchain(pins.arches[name])
         except cc.CompileError as exc:
-            if requested is not None:
+            if requested is not None or name == cc.host_arch():  # only a missing cross compiler is a note
                 raise
             notes.append(f"{name} left out: {exc}")
     if not toolchains:

@@ -122,6 +122,10 @@ def test_without_a_cross_compiler_aarch64_is_a_note_or_one_clear_error(monkeypat
         build.select_arches(pins, ["aarch64"])
     with pytest.raises(build.UsageError, match="pins.toml builds for x86_64, aarch64"):
         build.select_arches(pins, ["riscv64"])
+    monkeypatch.setenv("CXX", "/nonexistent/g++")  # this host's own compiler broken: never a note
+    with pytest.raises(cc.CompileError, match="does not run"):
+        build.select_arches(pins, None)
+    monkeypatch.delenv("CXX")
     monkeypatch.setattr(debian, "as_root", lambda: None)  # neither root nor a password-free sudo
     assert debian.ensure("g++-aarch64-linux-gnu", "aarch64-linux-gnu-g++") == \
         "aarch64-linux-gnu-g++ is not installed and installing g++-aarch64-linux-gnu needs root"

@@ -50,3 +50,27 @@ def test_as_root_it_installs_debians_engines_with_apt(tmp_path):
 def test_the_test_command_brings_up_and_stops_the_engine():
     text = (REPO / "tools" / "ci" / "test.sh").read_text()
     assert "engine_up || true" in text and "trap \"engine_down || true\" EXIT" in text
+
+
+def test_podman_works_again_in_a_second_run_with_the_same_cache(tmp_path):
+    """podman's database keeps the runroot its storage was made with; each run of the test command must give
+    the same one (and storage made with another, by an older test.sh, is made again), or a second `make test`
+    finds podman refusing and its tests skip."""
+    import pytest
+    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("runc"):
+        pytest.skip("needs root, podman and runc (the test command installs them as root)")
+    cache = tmp_path / "cache"
+    # storage from an older test.sh: another runroot
+    import tempfile
+    old_run = tempfile.mkdtemp(prefix="oeqt-")  # podman takes a runroot of 50 characters at most
+    r0 = subprocess.run(["podman", "--root", str(cache / "podman" / "root"), "--runroot", old_run,
+                    "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file", "info"],
+                   capture_output=True, text=True)
+    assert r0.returncode == 0, r0.stderr
+    script = (f"source {ENGINE_SH}; ENGINE_CACHE={cache}; ENGINE_RUN=$(mktemp -d); _podman_up; "
+              "echo PODMAN=$OEQ_WHEELS_TEST_PODMAN; rm -rf $ENGINE_RUN")
+    for _run in range(2):
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+        assert "test.sh: podman for the container-runner tests" in r.stderr, r.stderr
+        assert "PODMAN=/" in r.stdout
+    shutil.rmtree(old_run, ignore_errors=True)

@@ -69,11 +69,20 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
+  # podman's database remembers the runroot its storage was made with and refuses any other, so the runroot
+  # is one fixed path per cache (not this run's directory): a second `make test` finds podman working.
+  local runroot
+  runroot="/tmp/oeq-wheels-podman-run.$(printf '%s' "$ENGINE_CACHE" | sha256sum | cut -c1-12)"
   cat >"$ENGINE_RUN/podman" <<WRAP
 #!/bin/sh
-CONTAINERS_CONF="$ENGINE_RUN/containers.conf" exec podman --root "$ENGINE_CACHE/podman/root" --runroot "$ENGINE_RUN/podman-run" "\$@"
+CONTAINERS_CONF="$ENGINE_RUN/containers.conf" exec podman --root "$ENGINE_CACHE/podman/root" --runroot "$runroot" "\$@"
 WRAP
   chmod +x "$ENGINE_RUN/podman"
+  if ! "$ENGINE_RUN/podman" info >/dev/null 2>"$ENGINE_RUN/podman-info.log" &&
+     grep -q "database configuration mismatch" "$ENGINE_RUN/podman-info.log"; then
+    # storage an older test.sh made with a per-run runroot: a cache, made again (the test image is re-imported)
+    rm -rf "$ENGINE_CACHE/podman" "$runroot"
+  fi
   if "$ENGINE_RUN/podman" info >/dev/null 2>&1; then
     export OEQ_WHEELS_TEST_PODMAN="$ENGINE_RUN/podman"
     echo "test.sh: podman for the container-runner tests ($OEQ_WHEELS_TEST_PODMAN)" >&2
