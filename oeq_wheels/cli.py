@@ -160,6 +160,9 @@ def _join_workers() -> None:
             t.join()
 
 
+KEEP_DIR_VAR = "OEQ_WHEELS_KEEP_DIR"
+
+
 @contextlib.contextmanager
 def _run_tempdir():
     """One temporary directory per run, TMPDIR for us and every tool we start (pip, compilers).
@@ -173,6 +176,7 @@ def _run_tempdir():
     run_tmp = tempfile.mkdtemp(dir=base, prefix=temp_prefix("oeq-wheels-run"))
     saved = os.environ.get("TMPDIR")
     os.environ["TMPDIR"], tempfile.tempdir = run_tmp, run_tmp
+    os.environ[KEEP_DIR_VAR] = str(base)  # where what a run keeps on purpose goes (it outlives run_tmp)
     try:
         yield
     finally:

@@ -6,7 +6,9 @@ qemu, installs PyPI's aarch64 torch and our wheel through the served index (pip 
 sentinel) and loads OEq's precompiled extension with its operators (a stub aarch64 libcuda.so.1).
 """
 import dataclasses
+import os
 import shutil
+import subprocess
 import zipfile
 
 import pytest
@@ -193,3 +195,17 @@ def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel
     repack(cp311_oeq_aarch64_wheel, tmp_path, lambda u: (u / AOTI).write_bytes(module))
     r = run_cli("compare-builds", str(first), str(tmp_path / "o"))
     assert r.returncode == 1 and "fails the gate" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_emulated_machine_describes_an_aarch64_cpu_not_the_hosts(tmp_path):
+    """qemu-user passes the host's /proc/cpuinfo through, which torch >= 2.12 parses as an aarch64 CPU's and crashes
+    on; the root file system's own description (Neoverse V2) is what the emulated CPython reads."""
+    from oeq_wheels.files import default_cache
+    arch = P.load().arches["aarch64"]
+    root = emulated.rootfs(arch, "3.11", default_cache())
+    assert (root / "proc").is_dir() and not (root / "proc").is_symlink() and (root / "lib").is_symlink()
+    r = subprocess.run([*emulated.command(arch, "3.11", root), "-c",
+                        "import platform; print(platform.machine()); print(open('/proc/cpuinfo').read().count('CPU part\\t: 0xd4f')); "
+                        "print(open('/sys/devices/system/cpu/cpu0/regs/identification/midr_el1').read().strip())"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.stdout.split() == ["aarch64", str(os.cpu_count()), emulated.CPU_MIDR], r.stdout + r.stderr

@@ -23,6 +23,14 @@ from ..pins import Arch
 
 MIRROR = "http://deb.debian.org/debian"
 QEMU_CPU = "max,pauth=off"
+# qemu-user (7.2) passes this x86_64 host's /proc/cpuinfo and CPU sysfs through, which torch 2.12 and newer
+# parse as an aarch64 CPU's (pytorch/cpuinfo, oneDNN's MIDR_EL1 probe) and crash on. Paths under the -L
+# prefix come first, so the root file system describes an aarch64 CPU instead: Neoverse V2, Grace's core.
+CPU_MIDR = "0x00000000410fd4f0"
+CPU_INFO = ("processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics "
+            "fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 asimddp sha512 asimdfhm dit uscat ilrcpc flagm "
+            "ssbs sb dcpodp flagm2 frint i8mm bf16 rng bti\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+            "CPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n")
 
 
 class EmulationError(OeqWheelsError):
@@ -57,7 +65,8 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
         raise EmulationError(f"pins.toml's [arch.{arch.name}] names no debian_arch: no emulated test for it")
     release = suite(arch, python)
     ensure_tools(arch)
-    key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python)]).encode())
+    cpus = os.cpu_count() or 1
+    key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python), CPU_MIDR, str(cpus)]).encode())
     name = f"rootfs-{arch.debian_arch}-{release}-{key.hexdigest()[:12]}"
     root = cache / "emulated" / name
     if (root / ".complete").is_file():
@@ -93,6 +102,7 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
         if not (tmp / "lib").is_symlink():
             raise EmulationError(f"the {arch.debian_arch} root file system lost its merged /usr (lib is not a symlink)")
         shutil.rmtree(tmp / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        _describe_cpu(tmp, cpus)
         if not (tmp / "usr" / "bin" / f"python{python}").is_file():
             raise EmulationError(f"Debian {release} {arch.debian_arch} has no python{python}")
         (tmp / ".complete").write_text("")
@@ -106,3 +116,16 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
 def command(arch: Arch, python: str, root: Path) -> list[str]:
     """The command that runs root's CPython X.Y of arch on this host."""
     return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(root / "usr" / "bin" / f"python{python}")]
+
+
+def _describe_cpu(root: Path, cpus: int) -> None:
+    """An aarch64 /proc/cpuinfo and MIDR_EL1 per CPU under root (what qemu-user finds before the host's)."""
+    proc = root / "proc"
+    if proc.is_symlink() or proc.is_file():
+        proc.unlink()
+    proc.mkdir(exist_ok=True)
+    (proc / "cpuinfo").write_text("".join(CPU_INFO.format(n=n) for n in range(cpus)))
+    for n in range(cpus):
+        ident = root / "sys" / "devices" / "system" / "cpu" / f"cpu{n}" / "regs" / "identification"
+        ident.mkdir(parents=True, exist_ok=True)
+        (ident / "midr_el1").write_text(CPU_MIDR + "\n")

@@ -161,8 +161,9 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
     """
+    # Outside the run's own temporary directory, which goes when the run ends: a failed or --keep case stays.
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.python or 'venv'}-"
-                                        f"{case.installer}-"))
+                                        f"{case.installer}-", dir=os.environ.get("OEQ_WHEELS_KEEP_DIR")))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
     env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
@@ -210,7 +211,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
         return case
     finally:
-        if keep or not case.ok:
+        if (keep or not case.ok) and sys.exc_info()[0] is None:  # an interrupted case keeps nothing
             say(f"{case.label}: kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -276,7 +277,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
         fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
         with hosts.pages(site, pins.repository.split("/")[1]) as root:  # served as the release serves it
             for case in cases:
-                with_fastmace = case.torch == FASTMACE_TORCH
+                with_fastmace = case.torch == FASTMACE_TORCH and not case.foreign  # fastmace-oeq-ext: x86_64 only
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, base, keep, say, with_fastmace)
