@@ -285,6 +285,15 @@ def checked_torch(torch_root: Path, pin: pins_mod.Pinned, local: str, cuda: str)
     return tv
 
 
+def check_arch_names(pins: pins_mod.Pins, requested: list[str] | None) -> list[str]:
+    """Every architecture pins.toml builds for, after refusing an --arch that names another."""
+    known = list(dict.fromkeys([pins.ext_arch.name, *(l.arch.name for l in pins.oeq_lines)]))
+    if requested is not None and (not requested or [a for a in requested if a not in known]):
+        raise UsageError(f"--arch {','.join(requested) or '(empty)'}: pins.toml builds for {', '.join(known)}; "
+                         "name one or more of those, or leave --arch out to build all")
+    return known
+
+
 def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dict[str, cc.Toolchain], list[str]]:
     """The architectures to build and each one's toolchain, and notes on those left out.
 
@@ -292,12 +301,7 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dic
     compiler; by default, another architecture whose cross compiler this host lacks and cannot install (a
     manylinux container) is left out with a note: publish refuses a release that lacks its wheels.
     """
-    known = list(dict.fromkeys([pins.ext_arch.name, *(l.arch.name for l in pins.oeq_lines)]))
-    if requested is not None:
-        unknown = [a for a in requested if a not in known]
-        if unknown or not requested:
-            raise UsageError(f"--arch {','.join(requested) or '(empty)'}: pins.toml builds for {', '.join(known)}; "
-                             "name one or more of those, or leave --arch out to build all")
+    known = check_arch_names(pins, requested)
     toolchains, notes = {}, []
     for name in requested or known:
         try:

@@ -225,9 +225,12 @@ def _container_handoff(args) -> None:
     """Refuse bad input before any work, whichever the runner; then hand a container build to its runner."""
     from . import runner
     from .pins import load, select_pythons
-    if args.python is not None:
+    if args.python is not None or args.arch is not None:
+        from .build import check_arch_names
         pins = load(args.matrix)
-        select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+        if args.python is not None:
+            select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+        check_arch_names(pins, args.arch)
     if runner.choose(args.runner) == "docker":  # does not return
         runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs,
                                                     args.arch))

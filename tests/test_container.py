@@ -267,12 +267,15 @@ def test_auto_falls_back_to_the_host_with_a_notice(tmp_path):
     assert r.returncode == 2 and "cannot create output directory" in r.stderr  # then the host build's own check ran
 
 
-def test_bad_python_is_refused_before_choosing_a_runner(tmp_path):
+@pytest.mark.parametrize("option, says", [(("--python", "3.99"), "Python 3.99 is not in matrix"),
+                                          (("--arch", "riscv64"), "--arch riscv64: pins.toml builds for x86_64, aarch64")])
+def test_bad_python_or_arch_is_refused_before_choosing_a_runner(tmp_path, option, says):
     env = dict(os.environ, DOCKER="/bin/false")
-    r = subprocess.run([BUILD, "--runner", "docker", "--python", "3.99", str(tmp_path / "out")], env=env,
+    r = subprocess.run([BUILD, "--runner", "docker", *option, str(tmp_path / "out")], env=env,
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "Python 3.99 is not in matrix" in r.stderr
+    assert r.returncode == 2 and says in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_pull_errors_say_their_cause_in_a_few_words():
