@@ -379,11 +379,13 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     lines = []
     for line_name, ln in ob["lines"].items():
         where = f"[oeq_binary.lines.{line_name}]"
+        tm = _matrix(data, ln["torch_matrix"])
+        if tm.cuda != ln["cuda"]:
+            raise PinsError(f"{where} says CUDA {ln['cuda']}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
         for arch_name in ln.get("arches", ["x86_64"]):
             if arch_name not in arches:
                 raise PinsError(f"{where} arches names {arch_name!r}; pins.toml defines [arch.NAME] for: "
                                 f"{', '.join(arches)}")
-            tm = _matrix(data, ln["torch_matrix"])
             torch_wheels = _torch_wheels(data, tm.name, arch_name)
             if ln["torch_wheel"] not in torch_wheels:
                 raise PinsError(f"{where} builds against torch's {ln['torch_wheel']} wheel, which "
@@ -394,8 +396,6 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
                 torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
                 nvidia=_nvidia(data, ln["nvidia"], where, arch_name), nanobind=nanobind,
                 tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name]))
-            if tm.cuda != lines[-1].cuda:
-                raise PinsError(f"{where} says CUDA {lines[-1].cuda}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
     return Pins(
         package_name=pkg["name"],
         import_name=pkg["import_name"],

@@ -69,6 +69,11 @@ def tag_arch(tag: str) -> str | None:
     return m.group(1) if m else None
 
 
+def wheel_arch(filename: str) -> str | None:
+    """The architecture of a (single-tag) wheel, by its file name."""
+    return tag_arch(next(iter(parse_wheel_filename(filename)[3])).platform)
+
+
 def external_ok(p: pins_mod.Pins) -> frozenset[str]:
     """What a wheel may leave to torch, the NVIDIA wheels and the driver."""
     return (p.torch_needed | p.cuda_needed

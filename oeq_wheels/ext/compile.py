@@ -10,6 +10,7 @@ release that changes them changes our flags too.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -193,8 +194,8 @@ class ObjectCache:
 
     def with_toolchain(self, toolchain: Toolchain) -> "ObjectCache":
         """The same cache and compiler slots, compiling with another toolchain (another architecture's)."""
-        other = object.__new__(ObjectCache)
-        other.__dict__.update(self.__dict__, toolchain=toolchain)
+        other = copy.copy(self)  # shallow: the slots, locks and root stay shared
+        other.toolchain = toolchain
         return other
 
     def key(self, source: Path, flags: list[str]) -> str:

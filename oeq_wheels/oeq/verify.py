@@ -37,12 +37,13 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         return v
     name, version, tag, files = opened
     ob = line or line_of(version, p, tag.platform)
+    of_version = line_of(version, p)  # any architecture's build of the version
     want = list(dict.fromkeys(l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)))
-    if name != "openequivariance" or line_of(version, p) is None or (line and version != line.version(p.oeq.version)):
+    if name != "openequivariance" or of_version is None or (line and version != line.version(p.oeq.version)):
         v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
         return v
     if ob is None or ob.arch.name != tag_arch(tag.platform):
-        built = ", ".join(l.arch.platform_tag for l in p.line_builds(line_of(version, p).name))
+        built = ", ".join(l.arch.platform_tag for l in p.line_builds(of_version.name))
         v.problems.append(f"wheel tag {tag.platform} is not a platform the pins build {version} for ({built})")
         return v
     want_version = ob.version(p.oeq.version)

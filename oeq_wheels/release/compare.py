@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE
-from packaging.utils import parse_wheel_filename
 
 from .. import pins as pins_mod, verify
 from ..errors import OeqWheelsError
@@ -75,8 +74,7 @@ def run(first: Path, second: Path, arches: list[str] | None = None) -> int:
     wheel of `second`; only those of the given architectures (default: every one in `second`)."""
     pins = pins_mod.load()
     pick = lambda d: {w.name: w for w in sorted(Path(d).glob("openequivariance-*.whl"))
-                      if arches is None or verify.tag_arch(next(iter(parse_wheel_filename(w.name)[3])).platform)
-                      in arches}
+                      if arches is None or verify.wheel_arch(w.name) in arches}
     a, b = pick(first), pick(second)
     if not b:
         raise CompareError(f"{second} holds no openequivariance wheel{' for ' + ','.join(arches) if arches else ''}")

@@ -50,12 +50,12 @@ def suite(arch: Arch, python: str) -> str:
     return arch.emulated_pythons[python]
 
 
-def ensure_tools(arch: Arch) -> None:
-    """qemu's emulator of arch and debootstrap, installed (as root, with apt-get) where missing."""
-    for package, program in (("qemu-user-static", arch.qemu), ("debootstrap", "debootstrap")):
+def ensure_tools(*tools: tuple[str, str]) -> None:
+    """(Debian package, program) pairs, installed (as root, with apt-get) where missing."""
+    for package, program in tools:
         why = debian.ensure(package, program)
         if why:
-            raise EmulationError(f"cannot run {arch.name} code here: {why}; install Debian's {package} "
+            raise EmulationError(f"cannot run {program} here: {why}; install Debian's {package} "
                                  f"(apt-get install {package})")
 
 
@@ -64,7 +64,7 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
     if not arch.debian_arch:
         raise EmulationError(f"pins.toml's [arch.{arch.name}] names no debian_arch: no emulated test for it")
     release = suite(arch, python)
-    ensure_tools(arch)
+    ensure_tools(("qemu-user-static", arch.qemu))
     cpus = os.cpu_count() or 1
     key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python), CPU_MIDR, str(cpus)]).encode())
     name = f"rootfs-{arch.debian_arch}-{release}-{key.hexdigest()[:12]}"
@@ -75,6 +75,7 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
     if sudo is None:
         raise EmulationError(f"making the Debian {arch.debian_arch} root file system needs root (debootstrap); run "
                              f"this once as root (it is kept in {root.parent}), or where `sudo -n` works")
+    ensure_tools(("debootstrap", "debootstrap"))  # only to make one
     root.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(root.parent)
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=temp_prefix(name)))

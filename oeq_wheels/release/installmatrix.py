@@ -33,14 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-
 from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..ext.compile import cross_toolchain, host_arch
 from ..files import default_cache
 from ..output import extra_dir
-from ..verify import tag_arch
+from ..verify import wheel_arch
 from . import emulated, hosts, site as site_mod
 from .cleaninstall import has_gpu
 
@@ -265,7 +263,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
-    built = {(site_mod.line_of_file(w.name, pins).name, tag_arch(next(iter(parse_wheel_filename(w.name)[3])).platform))
+    built = {(site_mod.line_of_file(w.name, pins).name, wheel_arch(w.name))
              for w in wheels if w.name.startswith("openequivariance-")}
     missing = sorted({c.line.key for c in cases if (c.line.name, c.line.arch.name) not in built})
     if missing:

@@ -195,7 +195,8 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     rows = []
     for name in pins.line_names:
-        line, arches = pins.line_builds(name)[0], [l.arch.name for l in pins.line_builds(name)]
+        builds = pins.line_builds(name)
+        line, arches = builds[0], [l.arch.name for l in builds]
         cmds = [c for c in pins.install_lines() if f"/{line.name}/simple/" in c]
         rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
                     f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}, Linux "
