@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags
 
+from . import addresses
 from .errors import UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
@@ -166,6 +167,7 @@ class Pins:
     oeq_variants: tuple[str, ...]        # the OEqs fastmace-oeq-ext is built for: "pypi" and line names
     consumer: Consumer
     arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
+    upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
     variant: str = "pypi"                # which of oeq_variants these pins describe
 
     def for_variant(self, variant: str) -> "Pins":
@@ -255,6 +257,11 @@ class Pins:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
         return own + self.urls
+
+    @property
+    def allowed_addresses(self) -> tuple[str, ...]:
+        """The URL prefixes anything we ship or tell users may name: the owner's account, then upstream's."""
+        return addresses.owner_prefixes(self.repository) + self.upstream
 
     @property
     def ext_arch(self) -> Arch:
@@ -371,6 +378,11 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     if unknown or "pypi" not in variants:
         raise PinsError(f"[package] oeq_variants = {list(variants)} in {path}: each must be \"pypi\" or an "
                         f"[oeq_binary.lines] name ({', '.join(ob['lines'])}), and \"pypi\" must be one")
+    upstream = tuple(data.get("addresses", {}).get("upstream", ()))
+    bad = addresses.foreign("\n".join(pkg.get("urls", {}).values()), addresses.owner_prefixes(repository) + upstream)
+    if bad:
+        raise PinsError(f"[package.urls] in {path} names {bad[0]}, which is neither the owner's account "
+                        f"({repository.split('/')[0]}) nor an [addresses] upstream; point it at one of those")
     con = data["consumer"]
     consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]), con["torch_index"])
     nb = data["nanobind"]
@@ -418,6 +430,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         oeq_variants=variants,
         consumer=consumer,
         arches=arches,
+        upstream=upstream,
     )
 
 

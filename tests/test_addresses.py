@@ -1,0 +1,79 @@
+"""Every address we ship or tell users is the owner's account or an upstream project's ([addresses] in pins.toml):
+README, the docs, the workflows, the runtime, every built wheel's METADATA and the index site."""
+import zipfile
+
+import pytest
+
+from conftest import REPO
+from oeq_wheels import addresses, pins as P
+from oeq_wheels.output import extra_dir
+from oeq_wheels.release import site
+
+# What users read or what is shipped: README, the docs and CHANGELOG, the workflows that publish, the runtime.
+TOLD = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / ".github").rglob("*.yml")), *sorted((REPO / "runtime").rglob("*.py"))]
+
+
+def shipped_part(text: str, name: str) -> str:
+    """What we write: all of it, except the description of an openequivariance METADATA (the wheel's or the site's
+    .metadata copy), which is OEq's own README from its unmodified sdist (the gate checks the sdist tree) and cites
+    its papers and related projects. Its header fields (Project-URL, Home-page) are checked like ours."""
+    if name.startswith("openequivariance-"):
+        return text.split("\n\n", 1)[0]
+    return text
+
+
+def test_the_allow_list_is_the_owners_account_and_upstream():
+    pins = P.load()
+    allowed = pins.allowed_addresses
+    owner = pins.repository.split("/")[0]
+    assert addresses.foreign(f"https://github.com/{owner}/FastMACE and https://{owner.lower()}.github.io/x/", allowed) == []
+    assert addresses.foreign(f"https://github.com/{owner.lower()}/x", allowed) == []  # GitHub names are case-blind
+    assert addresses.foreign("https://github.com/PASSIONLab/OpenEquivariance, https://pypi.org/simple/", allowed) == []
+    assert addresses.foreign("see https://<owner>.github.io/<name>/", allowed) == []  # a placeholder names no host
+    other = ["https://github.com/fastmace/oeq-wheels", "https://fastmace.github.io/oeq-wheels/cu130/simple/",
+             "https://github.com/PASSIONLab-fork/x", "https://pypi.org.evil.example/simple/", "http://example.com"]
+    assert addresses.foreign(" ".join(other), allowed) == other
+
+
+def test_readme_docs_workflows_and_runtime_name_only_allowed_addresses():
+    allowed = P.load().allowed_addresses
+    bad = {str(f.relative_to(REPO)): addresses.foreign(f.read_text(), allowed) for f in TOLD}
+    assert {k: v for k, v in bad.items() if v} == {}
+    readme = (REPO / "README.md").read_text()
+    assert P.load().site_url in readme  # the scan reads the real install lines ...
+    moved = readme.replace(P.load().site_url, "https://someone.github.io/oeq-wheels/", 1)
+    assert addresses.foreign(moved, allowed) == ["https://someone.github.io/oeq-wheels/cu130/simple/"]  # ... and would fail
+
+
+def test_a_pinned_project_url_on_another_account_is_refused(tmp_path):
+    text = P.PINS_FILE.read_text()
+    pins = P.load()
+    fastmace = dict(pins.urls)["FastMACE"]
+    assert fastmace.startswith(addresses.owner_prefixes(pins.repository)[0])  # post1's link to FastMACE, kept
+    bad = tmp_path / "pins.toml"
+    bad.write_text(text.replace(f'"{fastmace}"', '"https://github.com/someone-else/FastMACE"'))
+    with pytest.raises(P.PinsError, match=r"names https://github.com/someone-else/FastMACE, which is neither "
+                                          r"the owner's account \(FZWINGEL-UBT\) nor an \[addresses\] upstream"):
+        P.load(path=bad)
+
+
+def test_built_wheels_and_the_site_name_only_allowed_addresses(cp311_wheel, tmp_path):
+    pins = P.load()
+    wheels = [cp311_wheel, *sorted(extra_dir(cp311_wheel.parent).glob("*.whl"))]
+    assert len(wheels) == len(pins.ext_variants) + len(pins.oeq_lines)
+    for whl in wheels:
+        with zipfile.ZipFile(whl) as zf:
+            meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        assert "Project-URL" in meta or "Home-page" in meta, whl.name
+        assert addresses.foreign(shipped_part(meta, whl.name), pins.allowed_addresses) == [], whl.name
+    with zipfile.ZipFile(cp311_wheel) as zf:  # fastmace-oeq-ext: every pinned Project-URL, FastMACE's among them
+        meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    for label, url in pins.project_urls:
+        assert f"Project-URL: {label}, {url}\n" in meta
+    root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
+    pages = [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".whl")]
+    assert any(p.name == "index.html" for p in pages)
+    bad = {str(p.relative_to(root)): addresses.foreign(shipped_part(p.read_text(errors="replace"), p.name),
+                                                       pins.allowed_addresses) for p in pages}
+    assert {k: v for k, v in bad.items() if v} == {}
