@@ -3,7 +3,7 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish site rehearse-release install-matrix check-tag clean
+.PHONY: wheels test verify publish site rehearse-release install-matrix check-tag pins clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
@@ -34,3 +34,8 @@ check-tag:
 
 clean:
 	rm -rf $(OUTDIR) $(OUTDIR)-extra
+
+# Re-pin pins.toml from the registry (ARGS: --torch X.Y.Z [--matrix NAME] [--python X.Y,...], --oeq X.Y.Z,
+# --post N, --next-post), or check every pin (ARGS=--check).
+pins:
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels pins $(ARGS)

@@ -139,6 +139,21 @@ def parser() -> argparse.ArgumentParser:
                                                                 "repository of pins.toml (the URLs derive from it)")
     t.add_argument("--matrix")
 
+    rp = sub.add_parser("pins", parents=[common], help="re-pin pins.toml from the registry, or --check every pin",
+                        description="Re-pin from the registry's JSON API (hashes) and range reads of remote wheels "
+                                    "(torch's metadata; no wheel is downloaded); prints what changed. Nothing is "
+                                    "written unless the whole result loads.")
+    rp.add_argument("--torch", metavar="X.Y.Z", help="re-pin a matrix (the release matrix unless --matrix) to this torch")
+    rp.add_argument("--matrix", help="the [matrix.NAME] --torch re-pins")
+    rp.add_argument("--python", type=_pythons_arg, help="with --torch: the CPythons the matrix builds (X.Y,...)")
+    rp.add_argument("--oeq", metavar="X.Y.Z", help="re-pin OpenEquivariance's sdist")
+    g = rp.add_mutually_exclusive_group()
+    g.add_argument("--post", type=int, metavar="N", help="fastmace-oeq-ext's rebuild number (X.Y.Z.postN)")
+    g.add_argument("--next-post", action="store_true", help="the rebuild number after the pinned one")
+    rp.add_argument("--check", action="store_true", help="every pin still on the registry with its sha256; writes nothing")
+    rp.add_argument("--index-url", default=None, help="the registry's simple index (default: PyPI's)")
+    rp.add_argument("--pins", type=Path, default=None, help="the pins file (default: oeq_wheels/pins.toml)")
+
     sub.add_parser("pythons", parents=[common], help="list the interpreters the build would use")
     f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs into the cache")
     f.add_argument("--python", type=_pythons_arg)
@@ -304,6 +319,8 @@ def _dispatch(args) -> int:
         if args.repository is not None:
             print(f"repository {check_repository(args.repository, pins)} is the pinned one")
         return 0
+    if args.cmd == "pins":
+        return _pins(args)
     if args.cmd == "pythons":
         from .pythons import PythonNotFound, find
         pins = load()
@@ -323,3 +340,36 @@ def _dispatch(args) -> int:
             print(f"{path}")
         return 0
     raise AssertionError(args.cmd)
+
+
+def _pins(args) -> int:
+    from . import registry, repin
+    from .pins import PINS_FILE
+    path = args.pins or PINS_FILE
+    index = args.index_url or registry.PYPI
+    if args.check:
+        if args.torch or args.oeq or args.post is not None or args.next_post:
+            raise UsageError("pins --check writes nothing; give it alone")
+        count, problems = repin.check(path, index)
+        for line in problems:
+            print(f"pins: {line}", file=sys.stderr)
+        if problems:
+            return 1
+        print(f"all {count} pinned files are on {index} with their pinned sha256")
+        return 0
+    if not (args.torch or args.oeq or args.post is not None or args.next_post):
+        raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post or --check")
+    if (args.matrix or args.python) and not args.torch:
+        raise UsageError("--matrix and --python choose what --torch re-pins; give --torch too")
+    r = repin.Repinner(path, index)
+    if args.torch:
+        r.torch(args.torch, args.matrix, args.python)
+    if args.oeq:
+        r.oeq(args.oeq)
+    if args.post is not None or args.next_post:
+        r.post(args.post, args.next_post)
+    diff = r.write()
+    print(diff or f"{path.name}: nothing changed", end="" if diff else "\n")
+    for note in r.notes:
+        print(f"note: {note}")
+    return 0
