@@ -3,6 +3,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
+from oeq_wheels import pins as P
 from oeq_wheels.release.cleaninstall import judge
 
 GOOD_PROBE = {"usable": True, "extension": {"source": "prebuilt"}, "ops": ["a", "b", "c"]}
@@ -37,6 +38,7 @@ def test_clean_install_passes_with_compilers_removed(cp311_wheel):
                        capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "fastmace doctor: host extension: prebuilt (fastmace-oeq-ext 0.7.0.post4+oeqwheels.cu13.1, " in out
+    cu = P.load().for_variant(P.load().oeq_binary.name)
+    assert f"fastmace doctor: host extension: prebuilt (fastmace-oeq-ext {cu.version}, " in out
     assert "FastMACE: prebuilt usable=True" in out and "ops ['jit_conv_forward'" in out
     assert "PASS: FastMACE uses the prebuilt host extension; no compiler or build tool was called" in out

@@ -116,8 +116,9 @@ def test_fastmace_accepts_the_compiler_free_install(fastmace_venv, cp311_wheel, 
 
 
 def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq_venv, cache, tmp_path):
-    """PyPI's torch says 2.14.1, not 2.14.1+cu130: FastMACE 1.0.0 refuses the prebuilt, and we say so in one line."""
+    """PyPI's torch says X.Y.Z, not X.Y.Z+cu13N: FastMACE 1.0.0 refuses the prebuilt, and we say so in one line."""
     pins = P.load()
+    t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
     files = fetch.ensure(list(pins.consumer.wheels), cache)
     target = tmp_path / "fastmace"
     pip(oeq_venv, "--no-deps", "--target", str(target), *(str(files[w.file]) for w in pins.consumer.wheels))
@@ -125,9 +126,9 @@ def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq
     r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
                        env=dict(env, PYTHONPATH=str(target)))
     assert r.stdout.splitlines()[1] == (
-        "FastMACE 1.0.0: will not use this prebuilt: fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is "
-        "2.14.1; instead: pip install --force-reinstall --no-deps torch==2.14.1+cu130 --index-url "
-        "https://download.pytorch.org/whl/cu130"), r.stdout
+        f"FastMACE 1.0.0: will not use this prebuilt: fastmace-oeq-ext was built for torch {ct}, installed is "
+        f"{t}; instead: pip install --force-reinstall --no-deps torch=={ct} --index-url "
+        f"{pins.consumer.torch_index}"), r.stdout
     j = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext", "--json"], capture_output=True,
                        text=True, env=dict(env, PYTHONPATH=str(target)))
     assert json.loads(j.stdout)["consumer"]["uses_prebuilt"] is False
@@ -140,6 +141,7 @@ def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq
 def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
     """FastMACE's own prebuilt_extension() judges every fastmace-oeq-ext wheel in the install it is for."""
     pins = P.load()
+    t, ct, o = pins.matrix.torch_version, pins.matrix.consumer_torch, pins.oeq.version
     files = consumer.wheel_files(cp311_wheel)
     assert consumer.problems(files, "3.11", pins) == []
     # post3's manifest: none of the keys FastMACE reads.
@@ -147,17 +149,17 @@ def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
            if k not in ("torch", "openequivariance", "python", "extension_version")}
     bad = dict(files, **{"fastmace_oeq_ext/manifest.json": json.dumps(old).encode()})
     (line,) = consumer.problems(bad, "3.11", pins)
-    assert line == ("fastmace 1.0.0 would not use this wheel with torch 2.14.1+cu130 and openequivariance 0.7.0: "
-                    "fastmace-oeq-ext was built for torch None, installed is 2.14.1+cu130")
-    # PyPI's torch says 2.14.1: FastMACE refuses even post1's exact manifest there (its own words).
-    answer = consumer.ask(files, "3.11", pins, torch="2.14.1")
-    assert answer["reason"] == "fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1"
+    assert line == (f"fastmace 1.0.0 would not use this wheel with torch {ct} and openequivariance {o}: "
+                    f"fastmace-oeq-ext was built for torch None, installed is {ct}")
+    # PyPI's torch says X.Y.Z: FastMACE refuses even post1's exact manifest there (its own words).
+    answer = consumer.ask(files, "3.11", pins, torch=t)
+    assert answer["reason"] == f"fastmace-oeq-ext was built for torch {ct}, installed is {t}"
     # The line's build names our binary OEq; FastMACE refuses it beside PyPI's OEq and takes it beside ours.
     (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*+*.whl")
     sfiles = consumer.wheel_files(served)
-    assert consumer.problems(sfiles, "3.11", pins.for_variant("cu130")) == []
+    assert consumer.problems(sfiles, "3.11", pins.for_variant(pins.oeq_binary.name)) == []
     assert consumer.ask(sfiles, "3.11", pins)["reason"] == (
-        "fastmace-oeq-ext was built for openequivariance 0.7.0+oeqwheels.cu13.1, installed is 0.7.0")
+        f"fastmace-oeq-ext was built for openequivariance {pins.oeq_binary.version(o)}, installed is {o}")
 
 
 def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
@@ -167,8 +169,8 @@ def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
     pins = P.load()
     files = consumer.wheel_files(cp311_wheel)
     manifest = Manifest.from_json(files["fastmace_oeq_ext/manifest.json"].decode())
-    for torch, oeq in (("2.14.1+cu130", "0.7.0"), ("2.14.1", "0.7.0"), ("2.15.0+cu130", "0.7.0"),
-                       ("2.14.1+cu130", "0.7.0+oeqwheels.cu13.1")):
+    t, ct, o = pins.matrix.torch_version, pins.matrix.consumer_torch, pins.oeq.version
+    for torch, oeq in ((ct, o), (t, o), ("9.9.9+cu130", o), (ct, pins.oeq_binary.version(o))):
         theirs = consumer.ask(files, "3.11", pins, torch=torch, oeq=oeq)
         ours = manifest.consumer_refusal({"torch_distribution": torch, "oeq_version": oeq,
                                           "python_tag": "cp311", "system": "Linux", "machine": "x86_64"})
@@ -178,12 +180,14 @@ def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
 def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_path):
     """A wheel whose manifest FastMACE cannot accept fails the gate, with FastMACE's reason."""
     from oeq_wheels.ext.verify import verify_wheel
+    pins = P.load()
+    t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
     bad = tmp_path / cp311_wheel.name
     with zipfile.ZipFile(cp311_wheel) as src, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
             data = src.read(info)
             if info.filename == "fastmace_oeq_ext/manifest.json":
-                data = data.replace(b'"2.14.1+cu130"', b'"2.14.1"')  # PyPI's torch version: FastMACE refuses
+                data = data.replace(f'"{ct}"'.encode(), f'"{t}"'.encode())  # PyPI's torch version: refused
             dst.writestr(info, data)
     from wheel.wheelfile import WheelFile  # rewrite RECORD so that only the manifest's content is wrong
     fixed = tmp_path / "fixed"
@@ -194,6 +198,6 @@ def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_pat
     with WheelFile(bad, "w") as wf:
         wf.write_files(str(fixed))
     v = verify_wheel(bad, twine=False)
-    assert any(p.startswith("fastmace 1.0.0 would not use this wheel with torch 2.14.1+cu130 and openequivariance "
-                            "0.7.0: fastmace-oeq-ext was built for torch 2.14.1, installed is 2.14.1+cu130")
+    assert any(p.startswith(f"fastmace 1.0.0 would not use this wheel with torch {ct} and openequivariance "
+                            f"{pins.oeq.version}: fastmace-oeq-ext was built for torch {t}, installed is {ct}")
                for p in v.problems), v.problems

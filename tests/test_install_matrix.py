@@ -1,4 +1,4 @@
-"""The plain-install check: `pip install torch==2.14.1 fastmace-oeq-ext` with every compiler gone.
+"""The plain-install check: `pip install torch==<the release torch> fastmace-oeq-ext` with every compiler gone.
 
 .ci/run keeps the uv case here (FastMACE's torch) with the mixed pair (the cu128 index beside a CUDA 13
 torch: refused in one line), and the pip case in test_index_server.py (fastmace-oeq-ext from a real
@@ -57,7 +57,7 @@ def test_the_plan_covers_every_line_and_the_mix():
     cases = installmatrix.plan(pins, None, ["pip", "uv"])
     got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
     assert ("2.10.0", "cu128", "uv", False) in got and ("2.15.0", "cu130", "pip", False) in got
-    assert ("2.14.1", "cu128", "pip", True) in got
+    assert (pins.matrix.torch_version, "cu128", "pip", True) in got  # the mix: fastmace-oeq-ext's torch
     # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, Debian 13's 3.13)
     assert ("2.15.0", "cu130", "uv", False) in {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
     assert {c.python for c in cases if c.foreign} == {"3.11", "3.13"} and {c.python for c in cases if not c.foreign} == {""}
@@ -74,7 +74,8 @@ def test_the_plan_covers_every_line_and_the_mix():
 def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, cp311_oeq_wheel,
                                                                    cp311_oeq_cu12_wheel, capsys):
     # uv, a fresh venv, compilers replaced by sentinels before the install; raises on any failure.
-    assert installmatrix.run(cp311_wheel.parent, ["2.14.1"], ["uv"], "3.11", arches=["x86_64"]) == 0  # aarch64: test_aarch64.py
+    assert installmatrix.run(cp311_wheel.parent, [P.load().matrix.torch_version], ["uv"], "3.11",
+                             arches=["x86_64"]) == 0  # aarch64: test_aarch64.py
     table = capsys.readouterr().out
     assert "cu128 (mix)" in table and "refused: host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8" \
         in table

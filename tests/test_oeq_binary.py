@@ -126,7 +126,7 @@ def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq
 
     The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
     res, d, site = run_in_torch_venv(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path)
-    assert res["torch"].startswith("2.14.1") and res["pre"] and res["built"] and res["ops"]
+    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and res["built"] and res["ops"]
     assert res["file"].startswith(str(site)) and res["status"]["state"] == "oeq-precompiled"
     assert d.returncode == 0 and d.stdout.startswith(
         f"host extension: OpenEquivariance precompiled ({site / EXTLIB}/oeq_stable_cuda."), d.stdout
@@ -138,10 +138,12 @@ def test_the_cuda12_line_beside_a_cuda13_torch_is_refused_in_one_line(cp311_oeq_
     """The mix a user gets from the wrong index: OEq tries the library, cannot load it, builds nothing; the
     runtime and the doctor say why in one line, with the command that installs the right line."""
     res, d, _site = run_in_torch_venv(cp311_oeq_cu12_wheel, oeq_venv, sentinels, tmp_path)
-    assert res["torch"].startswith("2.14.1") and res["pre"] and not res["built"] and not res["ops"]
+    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and not res["built"] and not res["ops"]
     assert "libcudart.so.12" in res["error"]  # OEq's own message: the CUDA 12 runtime is not there
     why = res["status"]["error"]
-    assert "openequivariance 0.7.0+oeqwheels.cu12.8 is built for CUDA 12, torch 2.14.1" in why and "\n" not in why
+    cu12 = P.load().oeq_line("cu128")
+    assert f"openequivariance {cu12.version(P.load().oeq.version)} is built for CUDA {cu12.cuda_major}, torch " \
+           f"{P.load().matrix.torch_version}" in why and "\n" not in why
     assert "--extra-index-url" in why and "/cu130/simple/" in why
     lines = d.stdout.splitlines()
     assert d.returncode == 1 and lines[0] == f"host extension: unusable; {why}", d.stdout

@@ -189,7 +189,7 @@ def test_doctor_lines(oeq_venv, tmp_path):
     first = r.stdout.splitlines()[0]
     assert first.startswith(f"host extension: prebuilt (fastmace-oeq-ext {P.load().version}, ")
     assert first.endswith("libtorch_tp_jit.so); no compiler needed")
-    assert "  taken    prebuilt: matches torch 2.14.1+cu130" in r.stdout  # the trace of every candidate
+    assert f"  taken    prebuilt: matches torch {P.load().matrix.torch_version}+{P.load().matrix.torch_local}" in r.stdout  # the trace of every candidate
     assert "  refused  oeq-precompiled: OpenEquivariance 0.7.0 has no precompiled extension" in r.stdout
     toolkit = tmp_path / "cuda"  # a CUDA toolkit with headers, as torch's CUDA_HOME
     (toolkit / "include").mkdir(parents=True)
