@@ -17,6 +17,24 @@ from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
 
+# Capabilities the suite brings up itself where it can (tools/ci/engine.sh, the emulated root file systems): where it
+# cannot (not root, no apt-get), their tests are SKIPPED by name with the reason; where a capability is named here
+# (`.ci/run` names them all), such a skip is a FAILURE instead.
+REQUIRE = {c.strip() for c in os.environ.get("OEQ_WHEELS_TEST_REQUIRE", "").split(",") if c.strip()}
+CAPABILITIES = ("engines", "emulation")
+unknown = REQUIRE - set(CAPABILITIES)
+if unknown:
+    raise pytest.UsageError(f"OEQ_WHEELS_TEST_REQUIRE names {', '.join(sorted(unknown))}; it takes "
+                            f"{', '.join(CAPABILITIES)}")
+
+
+def unavailable(capability: str, reason: str):
+    """This test's capability cannot be had here: a skip with the reason, or a failure where it is required."""
+    if capability in REQUIRE:
+        pytest.fail(f"{capability} required (OEQ_WHEELS_TEST_REQUIRE) but not available: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def run_cli(*args, env=None, cwd=None):
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(RUNTIME)]))
     e.update(env or {})

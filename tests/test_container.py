@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import engine as test_image
-from conftest import REPO
+from conftest import REPO, unavailable
 from oeq_wheels import pins as P, runner
 from oeq_wheels.ext.verify import verify_wheel
 from oeq_wheels.oeq.verify import verify_oeq_binary
@@ -23,16 +23,23 @@ from oeq_wheels.output import extra_dir
 
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
 REAL = os.environ.get("OEQ_WHEELS_TEST_ENGINE")  # docker: the engine `docker` reaches; private: test.sh's own
-NO_ENGINE = "no real container engine (the test command starts one as root with apt-get; see tools/ci/engine.sh)"
 
 
-def clients():
-    out = []
-    if REAL:
-        out.append("docker")
-    if os.environ.get("OEQ_WHEELS_TEST_PODMAN"):
-        out.append("podman")
-    return out or ["none"]
+ENGINES = ("docker", "podman")  # always collected: an engine that is not up is a named SKIPPED or a FAILURE
+
+
+def engine_state(kind: str) -> str:
+    """What the test command (tools/ci/engine.sh) says of an engine: up, skip: WHY or fail: WHY."""
+    return os.environ.get(f"OEQ_WHEELS_ENGINE_{kind.upper()}", "skip: not started: run the tests through the "
+                                                                "test command (make test, tools/ci/test.sh)")
+
+
+def require_engine(kind: str) -> None:
+    """An engine that is not up: a SKIPPED naming why, or a FAILURE where engines are required (the test command's
+    default as root with apt-get, where it could have brought them up)."""
+    state = engine_state(kind)
+    if state != "up":
+        unavailable("engines", f"container engine {kind}: {state}")
 
 
 class Engine:
@@ -63,10 +70,9 @@ class Engine:
         subprocess.run([self.client, "volume", "rm", "-f", self.work, self.out], capture_output=True)
 
 
-@pytest.fixture(scope="module", params=clients())
+@pytest.fixture(scope="module", params=ENGINES)
 def eng(request, cache):
-    if request.param == "none":
-        pytest.skip(NO_ENGINE)
+    require_engine(request.param)
     e = Engine(request.param, cache)
     yield e
     e.cleanup()
@@ -210,8 +216,9 @@ def test_a_full_work_volume_is_one_line(eng, tmp_path):
 @pytest.mark.slow
 def test_a_daemon_that_dies_mid_build_is_one_line(cache, tmp_path):
     """A second private dockerd of this test's own, stopped while the container runs."""
-    if REAL != "private":
-        pytest.skip("needs the test command's own dockerd (tools/ci/engine.sh)")
+    require_engine("docker")
+    if REAL != "private":  # GitHub's runner: not root, so no dockerd of the test's own (.ci/run, as root, runs it)
+        pytest.skip("a second dockerd of the test's own needs root: the test command's own engine (.ci/run)")
     run = Path(tempfile.mkdtemp(prefix="oeqt-dockerd-"))
     sock = f"unix://{run}/docker.sock"
     data = run / "data"  # removed with it: what the killed build had downloaded goes too

@@ -4,61 +4,134 @@ import os
 import shutil
 import subprocess
 
-from conftest import REPO
+import pytest
+
+from conftest import REPO, unavailable
 
 ENGINE_SH = str(REPO / "tools" / "ci" / "engine.sh")
 
 
-def bare_path(tmp_path, uid: int, apt_log=None):
-    """A PATH with a shell and coreutils but no engine; `id -u` says uid; apt-get only records its call."""
+def bare_path(tmp_path, uid: int, apt_log=None, tools=None):
+    """A PATH with a shell and coreutils but no engine; `id -u` says uid; apt-get records its call and fails as
+    apt does; `tools` are more fake programs (name -> shell body)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for tool in ("bash", "env", "dirname", "cat", "mktemp", "mkdir", "rm", "seq", "sleep"):
+    for tool in ("bash", "env", "dirname", "cat", "mktemp", "mkdir", "rm", "seq", "sleep", "grep", "tail", "kill",
+                 "printf", "sha256sum", "cut", "chmod", "awk", "sort", "xargs"):
         os.symlink(shutil.which(tool), bin_ / tool)
     (bin_ / "id").write_text(f"#!/bin/sh\necho {uid}\n")
     if apt_log:
-        (bin_ / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> {apt_log}\nexit 1\n')
+        (bin_ / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> {apt_log}\n'
+                                      '[ "$1" = install ] && echo "E: Unable to locate package $4"\nexit 100\n')
+    for name, body in (tools or {}).items():
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
     for f in bin_.iterdir():
         if not f.is_symlink():
             f.chmod(0o755)
     return str(bin_)
 
 
-def engine_up(path):
-    return subprocess.run(["bash", "-c", f"source {ENGINE_SH}; engine_up; echo rc=$?; echo TEST_ENGINE=$OEQ_WHEELS_TEST_ENGINE"],
-                          env={"PATH": path, "HOME": "/nonexistent"}, capture_output=True, text=True)
+def engine_up(path, tmp_path):
+    script = (f"source {ENGINE_SH}; engine_up; echo rc=$?; echo DOCKER=$OEQ_WHEELS_ENGINE_DOCKER; "
+              "echo PODMAN=$OEQ_WHEELS_ENGINE_PODMAN; engine_down")
+    return subprocess.run(["bash", "-c", script], env={"PATH": path, "HOME": "/nonexistent",
+                                                       "OEQ_WHEELS_CACHE": str(tmp_path / "cache")},
+                          capture_output=True, text=True, timeout=120)
 
 
-def test_not_root_it_says_so_in_one_line_and_goes_on(tmp_path):
-    r = engine_up(bare_path(tmp_path, 1000))
+def states(r) -> dict:
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if line.startswith(("DOCKER=", "PODMAN=")))
+
+
+def test_not_root_both_engines_are_a_named_skip(tmp_path):
+    r = engine_up(bare_path(tmp_path, 1000), tmp_path)
     assert r.stderr.strip().splitlines() == [
         "test.sh: no container engine of our own (needs root and apt-get); the real-engine tests skip"]
-    assert "rc=0" in r.stdout and "TEST_ENGINE=\n" in r.stdout
+    reason = "skip: no container engine of our own: starting one needs root and apt-get (tools/ci/engine.sh)"
+    assert "rc=0" in r.stdout and states(r) == {"DOCKER": reason, "PODMAN": reason}
 
 
-def test_as_root_it_installs_debians_engines_with_apt(tmp_path):
+def test_as_root_a_failed_install_is_a_failure_naming_apt_and_its_last_line(tmp_path):
     log = tmp_path / "apt.log"
-    r = engine_up(bare_path(tmp_path, 0, log))
+    r = engine_up(bare_path(tmp_path, 0, log), tmp_path)
     assert "installing docker.io debootstrap podman runc (Debian packages)" in r.stderr
     assert "install -y -qq docker.io debootstrap podman runc" in log.read_text()
-    # this fake apt-get installs nothing: one line, and the tests go on without an engine
-    assert r.stderr.strip().splitlines()[-1] == \
-        "test.sh: could not install docker.io debootstrap podman runc; the real-engine tests skip"
-    assert "rc=0" in r.stdout and "TEST_ENGINE=\n" in r.stdout
+    why = ("fail: apt-get install docker.io debootstrap podman runc failed: "
+           "E: Unable to locate package docker.io")
+    assert states(r) == {"DOCKER": why, "PODMAN": why}, r.stdout + r.stderr
 
 
-def test_the_test_command_brings_up_and_stops_the_engine():
-    text = (REPO / "tools" / "ci" / "test.sh").read_text()
-    assert "engine_up || true" in text and "trap \"engine_down || true\" EXIT" in text
+def test_a_dockerd_that_cannot_start_and_a_missing_podman_fail_with_why(tmp_path):
+    log = tmp_path / "apt.log"
+    path = bare_path(tmp_path, 0, log, tools={
+        "dockerd": 'echo "failed to start daemon: error initializing graphdriver: no space left" >&2; exit 1',
+        "docker": "exit 1", "debootstrap": "exit 0", "runc": "exit 0"})
+    r = engine_up(path, tmp_path)
+    got = states(r)
+    assert got["DOCKER"] == ("fail: dockerd did not start (overlay2, then vfs): failed to start daemon: error "
+                             "initializing graphdriver: no space left"), r.stdout + r.stderr
+    assert got["PODMAN"] == "fail: apt-get install podman failed: E: Unable to locate package podman"
+
+
+def test_engines_that_come_up_are_up(tmp_path):
+    path = bare_path(tmp_path, 0, tools={
+        "dockerd": "exec sleep 30", "docker": "exit 0", "debootstrap": "exit 0", "runc": "exit 0",
+        "podman": "exit 0", "apt-get": "exit 0"})
+    r = engine_up(path, tmp_path)
+    assert states(r) == {"DOCKER": "up", "PODMAN": "up"}, r.stdout + r.stderr
+
+
+def test_the_test_command_fails_and_says_why_when_a_required_engine_cannot_start(tmp_path):
+    """The whole test command, as `.ci/run` runs it (OEQ_WHEELS_TEST_REQUIRE=engines), with a dockerd that cannot
+    start first on PATH: the engine tests FAIL (not skip) and the last lines name dockerd and why."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        unavailable("engines", "the test command brings engines up only as root with apt-get")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "dockerd").write_text('#!/bin/sh\necho "failed to start daemon: broken on purpose" >&2\nexit 1\n')
+    (fake / "dockerd").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OEQ_WHEELS_TEST_REQUIRE="engines")
+    for k in ("OEQ_WHEELS_TEST_ENGINE", "DOCKER_HOST", "OEQ_WHEELS_ENGINE_DOCKER", "OEQ_WHEELS_ENGINE_PODMAN",
+              "OEQ_WHEELS_TEST_PODMAN"):
+        env.pop(k, None)
+    test = "tests/test_container.py::test_a_daemon_that_dies_mid_build_is_one_line"
+    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, "-q"], capture_output=True, text=True,
+                       env=env, cwd=REPO, timeout=600)
+    out = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode != 0, "\n".join(out[-20:])
+    assert any(l.startswith(f"FAILED {test}") for l in out), out[-20:]
+    assert any(l.startswith("engines required (OEQ_WHEELS_TEST_REQUIRE) but not available: container engine docker: "
+                            "fail: dockerd did not start") and "broken on purpose" in l for l in out), out[-20:]
+    assert any(l.startswith("test.sh: container engine docker: fail: dockerd did not start") and
+               "broken on purpose" in l for l in out[-3:]), out[-5:]
+    # With the setting empty (nothing required) the same run passes, the test SKIPPED by name with that reason.
+    env["OEQ_WHEELS_TEST_REQUIRE"] = ""
+    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, "-q", "-rs"], capture_output=True, text=True,
+                       env=env, cwd=REPO, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert any(l.startswith("SKIPPED") and "dockerd did not start" in l and "broken on purpose" in l
+               for l in r.stdout.splitlines()), r.stdout[-3000:]
+
+
+def test_as_root_with_apt_the_test_command_requires_every_capability_by_default():
+    """Where the suite can bring engines and emulation up itself, failing to is a failure unless the caller says
+    otherwise (OEQ_WHEELS_TEST_REQUIRE set, even empty)."""
+    script = (f'source {REPO / "tools/ci/require.sh"}; echo "R=${{OEQ_WHEELS_TEST_REQUIRE-unset}}"')
+    for uid, apt, preset, want in ((0, True, None, "engines,emulation"), (1000, True, None, "unset"),
+                                   (0, False, None, "unset"), (0, True, "", ""), (0, True, "engines", "engines")):
+        env = {"PATH": "/usr/bin:/bin", "OEQ_TEST_UID": str(uid), "OEQ_TEST_APT": "1" if apt else ""}
+        if preset is not None:
+            env["OEQ_WHEELS_TEST_REQUIRE"] = preset
+        r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        assert r.stdout.strip() == f"R={want}", (uid, apt, preset, r.stdout, r.stderr)
 
 
 def test_podman_works_again_in_a_second_run_with_the_same_cache(tmp_path):
     """podman's database keeps the runroot its storage was made with; each run of the test command must give
     the same one (and storage made with another, by an older test.sh, is made again), or a second `make test`
     finds podman refusing and its tests skip."""
-    import pytest
     if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("runc"):
-        pytest.skip("needs root, podman and runc (the test command installs them as root)")
+        unavailable("engines", "needs root, podman and runc (the test command installs them as root)")
     cache = tmp_path / "cache"
     # storage from an older test.sh: another runroot
     import tempfile

@@ -5,7 +5,11 @@
 # Debian's docker.io (and podman with runc, and debootstrap for the test image), and a dockerd on
 # a private socket with its own data and exec roots (--iptables=false --ip6tables=false
 # --bridge=none, overlay2 else vfs), stopped by its pid at the end. A daemon on the default socket
-# is never used or touched. Where that cannot be had, one line says so and those tests skip.
+# is never used or touched.
+# Each engine's state goes to the tests as OEQ_WHEELS_ENGINE_DOCKER / OEQ_WHEELS_ENGINE_PODMAN: "up", "skip: WHY"
+# (it cannot be had here: not root, no apt-get) or "fail: WHY" (it could be had and bringing it up failed: the
+# command and its last line). tests/test_container.py turns a skip into a named SKIPPED (a failure where
+# OEQ_WHEELS_TEST_REQUIRE names engines) and a fail into a FAILURE; test.sh repeats both as its last lines.
 engine_up() {
   ENGINE_PID=""
   ENGINE_RUN=""
@@ -13,24 +17,51 @@ engine_up() {
   ENGINE_CACHE="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}"
   if [ "${OEQ_WHEELS_TEST_ENGINE:-}" = docker ]; then
     echo "test.sh: container tests use the engine 'docker' reaches (OEQ_WHEELS_TEST_ENGINE=docker)" >&2
+    export OEQ_WHEELS_ENGINE_DOCKER=up
+    if command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then
+      ENGINE_RUN="$(mktemp -d /tmp/oeq-wheels-engine.XXXXXX)"
+      _podman_up
+    else
+      export OEQ_WHEELS_ENGINE_PODMAN="skip: podman and runc are not installed beside that Docker"
+    fi
     return 0
   fi
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: no container engine of our own (needs root and apt-get); the real-engine tests skip" >&2
+    export OEQ_WHEELS_ENGINE_DOCKER="skip: no container engine of our own: starting one needs root and apt-get (tools/ci/engine.sh)"
+    export OEQ_WHEELS_ENGINE_PODMAN="$OEQ_WHEELS_ENGINE_DOCKER"
     return 0
   fi
-  local need=()
+  local need=() failed=""
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
   command -v podman >/dev/null 2>&1 || need+=(podman)
   command -v runc >/dev/null 2>&1 || need+=(runc)
   if [ ${#need[@]} -gt 0 ]; then
     echo "test.sh: installing ${need[*]} (Debian packages) for the container-runner tests" >&2
+    local log
+    log="$(mktemp)"
     { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" ||
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; }; } >/dev/null 2>&1 ||
-      { echo "test.sh: could not install ${need[*]}; the real-engine tests skip" >&2; return 0; }
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; }; } >"$log" 2>&1 ||
+      failed="apt-get install ${need[*]} failed: $(grep -v '^\s*$' "$log" | tail -n 1)"
+    rm -f "$log"
+    [ -z "$failed" ] || echo "test.sh: $failed" >&2
   fi
   ENGINE_RUN="$(mktemp -d /tmp/oeq-wheels-engine.XXXXXX)"
+  if ! command -v dockerd >/dev/null 2>&1; then
+    export OEQ_WHEELS_ENGINE_DOCKER="fail: ${failed:-dockerd is not on PATH}"
+  else
+    _dockerd_up
+  fi
+  if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+    export OEQ_WHEELS_ENGINE_PODMAN="fail: ${failed:-podman or runc is not on PATH}"
+  else
+    _podman_up
+  fi
+  return 0
+}
+
+_dockerd_up() {
   local driver sock
   sock="unix://$ENGINE_RUN/docker.sock"
   for driver in overlay2 vfs; do
@@ -46,21 +77,22 @@ engine_up() {
       sleep 0.5
     done
     if DOCKER_HOST="$sock" docker info >/dev/null 2>&1; then
-      export DOCKER_HOST="$sock" OEQ_WHEELS_TEST_ENGINE=private OEQ_WHEELS_DOCKER_NETWORK=host
+      export DOCKER_HOST="$sock" OEQ_WHEELS_TEST_ENGINE=private OEQ_WHEELS_DOCKER_NETWORK=host OEQ_WHEELS_ENGINE_DOCKER=up
       echo "test.sh: our own dockerd (pid $ENGINE_PID, $driver, $sock) for the container-runner tests" >&2
-      _podman_up
       return 0
     fi
     kill "$ENGINE_PID" 2>/dev/null; wait "$ENGINE_PID" 2>/dev/null
     ENGINE_PID=""
   done
-  echo "test.sh: dockerd did not start (see $ENGINE_RUN/dockerd-*.log); the real-engine tests skip" >&2
+  local last
+  last="$(grep -v '^\s*$' "$ENGINE_RUN/dockerd-vfs.log" 2>/dev/null | tail -n 1)"
+  export OEQ_WHEELS_ENGINE_DOCKER="fail: dockerd did not start (overlay2, then vfs): ${last:-it printed nothing}"
+  echo "test.sh: ${OEQ_WHEELS_ENGINE_DOCKER#fail: }" >&2
 }
 
 # podman 4.3 here: runc (crun refuses this host's hybrid cgroups) and explicit nofile/nproc ulimits
 # (root lacks CAP_SYS_RESOURCE), its own storage; a wrapper the tests use as DOCKER.
 _podman_up() {
-  command -v podman >/dev/null 2>&1 || return 0
   cat >"$ENGINE_RUN/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -83,11 +115,12 @@ WRAP
     # storage an older test.sh made with a per-run runroot: a cache, made again (the test image is re-imported)
     rm -rf "$ENGINE_CACHE/podman" "$runroot"
   fi
-  if "$ENGINE_RUN/podman" info >/dev/null 2>&1; then
-    export OEQ_WHEELS_TEST_PODMAN="$ENGINE_RUN/podman"
+  if "$ENGINE_RUN/podman" info >/dev/null 2>"$ENGINE_RUN/podman-info.log"; then
+    export OEQ_WHEELS_TEST_PODMAN="$ENGINE_RUN/podman" OEQ_WHEELS_ENGINE_PODMAN=up
     echo "test.sh: podman for the container-runner tests ($OEQ_WHEELS_TEST_PODMAN)" >&2
   else
-    echo "test.sh: podman does not run here; its container tests skip" >&2
+    export OEQ_WHEELS_ENGINE_PODMAN="fail: podman info failed: $(grep -v '^\s*$' "$ENGINE_RUN/podman-info.log" | tail -n 1)"
+    echo "test.sh: ${OEQ_WHEELS_ENGINE_PODMAN#fail: }" >&2
   fi
 }
 

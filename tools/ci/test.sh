@@ -4,17 +4,27 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$("$REPO/tools/bootstrap.sh")"
 cd "$REPO"
+# shellcheck source=require.sh
+source "$REPO/tools/ci/require.sh"
 # A real container engine for the container-runner tests (our own dockerd and podman; tools/ci/engine.sh).
 # shellcheck source=engine.sh
 source "$REPO/tools/ci/engine.sh"
-engine_up || true
 trap "engine_down || true" EXIT
+# Not under errexit: each step of it says itself what failed (OEQ_WHEELS_ENGINE_*), and the tests act on that.
+set +e
+engine_up
+set -e
 set +e
 # The pipeline from the checkout; tests/conftest.py adds runtime/ for the pytest process only, so
 # that the venvs the tests start import the fastmace_oeq_ext of a wheel, never the checkout's.
 PYTHONPATH="$REPO" "$PY" -m pytest -p no:cacheprovider -ra "$@"
 rc=$?
 set -e
+# The engines' state last, where nobody misses it: a skip or a failure of them names why.
+for kind in DOCKER PODMAN; do
+  state="$(printenv "OEQ_WHEELS_ENGINE_$kind" || true)"
+  [ "$state" = up ] || echo "test.sh: container engine ${kind,,}: ${state:-not started}" >&2
+done
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
