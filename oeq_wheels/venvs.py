@@ -76,3 +76,32 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     proc.run(pip + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
     (venv / ".complete").touch()
     return venv
+
+
+def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
+                    index_url: str | None = None) -> Path:
+    """cache/venvs/pypi-torch-<torch_version>-cpXY-<lock>: torch as `pip install torch==X` gets it from PyPI
+    (or `index_url`), OEq's import-time dependencies (requirements/consumer.txt) and the pinned consumer
+    (FastMACE 1.0.0 and filelock), installed with uv (its cache makes a second venv of the same wheels cheap);
+    made once, then reused. OEq and fastmace-oeq-ext are the tests' to install."""
+    import sys
+    interp = pythons.find(version)
+    lock_key = sha256_file(CONSUMER_LOCK)[:12]
+    venv = cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-{lock_key}"
+    if (venv / ".complete").is_file():
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
+    env["UV_NO_CONFIG"] = "1"
+    uv = [sys.executable, "-m", "uv"]
+    py = str(venv / "bin" / "python")
+    proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
+    proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}",
+                   *(["--index-url", index_url] if index_url else [])], check=True, env=env)
+    proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)],
+             check=True, env=env)
+    proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
+                   *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    (venv / ".complete").touch()
+    return venv

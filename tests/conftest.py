@@ -142,3 +142,12 @@ def sentinels(tmp_path) -> tuple[Path, Path]:
     from oeq_wheels import sentinels as s
     log = tmp_path / "sentinel.log"
     return s.make(tmp_path / "sentinel-bin", log), log
+
+
+@pytest.fixture(scope="session")
+def post1_wheel(cache, tmp_path_factory):
+    """The owner's published fastmace-oeq-ext 0.7.0.post1 for cp311 (the real one, by its sha256)."""
+    pin = pins_mod.Pinned("fastmace-oeq-ext", "0.7.0.post1", "fastmace_oeq_ext-0.7.0.post1-cp311-cp311-manylinux_2_28_x86_64.whl",
+                   "a8eb73dd6bcdfda8c016917c54b9d88caa3449c526b059dff7d87ae3e15f4f8f")
+    from oeq_wheels import fetch
+    return fetch.ensure([pin], cache)[pin.file]

@@ -68,14 +68,6 @@ def assert_accepted(out, version):
     assert out["sentinel_log"] == ""  # nothing was compiled, nothing was even tried
 
 
-@pytest.fixture(scope="session")
-def post1_wheel(cache, tmp_path_factory):
-    """The owner's published fastmace-oeq-ext 0.7.0.post1 for cp311 (the real one, by its sha256)."""
-    pin = P.Pinned("fastmace-oeq-ext", "0.7.0.post1", "fastmace_oeq_ext-0.7.0.post1-cp311-cp311-manylinux_2_28_x86_64.whl",
-                   "a8eb73dd6bcdfda8c016917c54b9d88caa3449c526b059dff7d87ae3e15f4f8f")
-    return fetch.ensure([pin], cache)[pin.file]
-
-
 def test_fastmace_accepts_post1_then_ours_after_upgrade(fastmace_venv, post1_wheel, cp311_wheel, cp311_plain_oeq,
                                                         sentinels, libcuda_stub, tmp_path):
     pins = P.load()

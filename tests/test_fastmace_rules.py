@@ -1,0 +1,298 @@
+"""The proposed FastMACE rules (contrib/fastmace/oeq_rules.py) with FastMACE 1.0.0's own code.
+
+Each row is a venv with torch as `pip install torch==X` gets it from PyPI (distribution version X, no local
+label), the pinned FastMACE 1.0.0 wheel and the OEq (and fastmace-oeq-ext) the row names. FastMACE runs twice
+there, compilers hidden (g++, c++, ninja, nvcc sentinels first on PATH, CXX a sentinel, FASTMACE_OEQ_PREBUILT=1:
+FastMACE must refuse rather than build): as it is (today's answer), then with the rules put over its
+prebuilt_extension, prepare_in_process and doctor check at run time (oeq_rules.install(), as
+contrib/fastmace/launch.py does; nothing is written into FastMACE's files). Each run calls FastMACE's own
+prebuilt_extension(), its doctor's OpenEquivariance check, its prepare_in_process() and then `import
+openequivariance`; and the `fastmace doctor` command itself.
+
+Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line's tested_torch, the cu128 line's):
+- PyPI's torch 2.14.1 + fastmace-oeq-ext 0.7.0.post1 from PyPI + PyPI's OEq 0.7.0: today refused (2.14.1+cu130
+  != 2.14.1); with the rules the prebuilt is used, nothing compiled;
+- every tested CUDA 13 torch (the floor and the newest by default; OEQ_RULES_TORCHES=all for every one) + our
+  binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
+  never set, `import openequivariance` loads it, nothing compiled;
+- the CUDA 12 torch (2.10.0+cu128, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
+  names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
+Unpatched FastMACE's rows stay in test_fastmace.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from oeq_wheels import pins as P, stub, venvs
+from oeq_wheels.files import default_cache
+from oeq_wheels.output import extra_dir
+
+pytestmark = pytest.mark.slow
+
+RULES_DIR = REPO / "contrib" / "fastmace"
+OPS = ["jit_conv_forward", "jit_tp_backward", "jit_tp_forward"]
+
+# FastMACE's own calls, in the order a FastMACE run makes them; OEQ_RULES=1 installs the rules first.
+PROBE = r"""
+import json, os, sys, tempfile, importlib.metadata as md
+sys.path.insert(0, os.environ["OEQ_RULES_DIR"])
+if os.environ["OEQ_RULES"] == "1":
+    import oeq_rules
+    oeq_rules.install()
+from fastmace.kernels import _oeq_runtime as rt
+from fastmace.cli import doctor
+out = {"torch_distribution": md.version("torch"), "oeq_version": md.version("openequivariance")}
+pre = rt.prebuilt_extension()
+out.update(usable=pre.usable, reason=pre.reason, extension_version=pre.manifest.get("extension_version"))
+item = doctor.check_oeq(doctor.Context(environ=os.environ, hash_models=False))
+out.update(doctor_ok=item.ok, doctor=item.detail, doctor_runs_it=doctor.check_oeq in doctor.CHECKS)
+try:
+    plan, handles = rt.prepare_in_process(tempfile.mkdtemp(prefix="fastmace-cache-"))
+except rt.OEqRuntimeError as error:
+    out["refused"] = str(error)
+else:
+    out.update(extension=plan.extension, plan_jit=plan.environment.get("OEQ_JIT_EXTENSION"),
+               env_jit=os.environ.get("OEQ_JIT_EXTENSION"))
+    import torch, openequivariance
+    from openequivariance._torch import extlib
+    out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, precompiled=extlib.USE_PRECOMPILED_EXTENSION,
+               built=extlib.BUILT_EXTENSION, error=str(extlib.BUILT_EXTENSION_ERROR or "") or None,
+               module=getattr(extlib.extension_module, "__file__", None), so_path=openequivariance.torch_ext_so_path(),
+               ops=sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
+                          if hasattr(torch.ops.libtorch_tp_jit, n)))
+print("RULES " + json.dumps(out, default=str))
+"""
+
+
+def torches() -> list[str]:
+    line = P.load().oeq_line("cu130")
+    chosen = os.environ.get("OEQ_RULES_TORCHES", "")
+    if chosen == "all":
+        return list(line.tested_torch)
+    if chosen:
+        return chosen.split(",")
+    return [line.tested_torch[0], line.tested_torch[-1]]  # the floor and the newest; docs/fastmace-proposal.md
+
+
+@pytest.fixture(scope="session")
+def cu130_oeq(request) -> Path:
+    """Our cu130 binary OEq for CPython 3.11: the session's build, or OEQ_WHEELS_TEST_OUTDIR's (a finished
+    `make wheels` OUTDIR, to run this file alone without building)."""
+    outdir = os.environ.get("OEQ_WHEELS_TEST_OUTDIR")
+    if outdir:
+        version = P.load().oeq_line("cu130").version(P.load().oeq.version)
+        (whl,) = extra_dir(Path(outdir)).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
+        return whl
+    return request.getfixturevalue("cp311_oeq_wheel")
+
+
+def venv_for(torch: str) -> Path:
+    return venvs.pypi_torch_venv(P.load(), default_cache(), torch)
+
+
+def site_of(venv: Path) -> Path:
+    (lib,) = (venv / "lib").glob("python3.*")
+    return lib / "site-packages"
+
+
+def reinstall(venv: Path, *wheels: Path) -> None:
+    """Exactly these wheels beside torch and FastMACE: OEq and fastmace-oeq-ext of an earlier row removed first."""
+    uv = [sys.executable, "-m", "uv", "pip"]
+    env = dict(venvs.pip_env(), UV_NO_CONFIG="1")
+    subprocess.run([*uv, "uninstall", "-q", "--python", str(venv / "bin" / "python"), "openequivariance",
+                    "fastmace-oeq-ext"], env=env, capture_output=True)
+    r = subprocess.run([*uv, "install", "-q", "--python", str(venv / "bin" / "python"), "--no-deps", "--reinstall",
+                        *map(str, wheels)], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def driver_stub(libraries: list[Path], out: Path) -> Path:
+    """A libcuda.so.1 defining the driver symbols these libraries need (no GPU here); its directory."""
+    return stub.make_stub(stub.undefined_driver_symbols(libraries, dynamic=True), out).parent
+
+
+def environment(venv: Path, sentinels, stub_dir: Path, tmp_path: Path, rules: bool, **extra) -> dict:
+    sbin, _ = sentinels
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX", "OEQ_JIT_EXTENSION", "VIRTUAL_ENV")}
+    env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{env['PATH']}", FASTMACE_OEQ_PREBUILT="1",
+               CXX=str(sbin / "g++"), OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / "libcuda.so.1"),
+               LD_LIBRARY_PATH=str(stub_dir), TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"),
+               FASTMACE_CACHE=str(tmp_path / "fastmace-cache"), OEQ_RULES_DIR=str(RULES_DIR),
+               OEQ_RULES="1" if rules else "0")
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def ask(venv: Path, sentinels, stub_dir: Path, tmp_path: Path, rules: bool, **extra) -> dict:
+    """FastMACE's answers (PROBE) and the `fastmace doctor` command's OpenEquivariance item, with or without
+    the rules; the sentinel log after both."""
+    env = environment(venv, sentinels, stub_dir, tmp_path, rules, **extra)
+    py = str(venv / "bin" / "python")
+    r = subprocess.run([py, "-W", "ignore", "-c", PROBE], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("RULES ")]
+    assert lines, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    out = json.loads(lines[-1][len("RULES "):])
+    cli = [py, "-W", "ignore", str(RULES_DIR / "launch.py"), "-m", "fastmace.cli", "doctor"] if rules else \
+        [py, "-W", "ignore", "-m", "fastmace.cli", "doctor"]
+    d = subprocess.run(cli, capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    out["cli_doctor"] = oeq_item(d.stdout)
+    assert out["cli_doctor"], f"no OpenEquivariance item in `fastmace doctor`:\n{d.stdout[-3000:]}\n{d.stderr[-2000:]}"
+    log = sentinels[1]
+    out["sentinel_log"] = log.read_text() if log.exists() else ""
+    return out
+
+
+def oeq_item(doctor_out: str) -> str:
+    """The OpenEquivariance item of `fastmace doctor`'s checklist: its line and the indented lines after it."""
+    lines, keep = [], False
+    for line in doctor_out.splitlines():
+        if line[:6] in ("[ ok ]", "[warn]", "[FAIL]"):
+            keep = line[7:].startswith("OpenEquivariance:")
+        if keep:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, cp311_plain_oeq, sentinels,
+                                                                     tmp_path):
+    """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch (2.14.1), PyPI's OEq 0.7.0 and the owner's
+    fastmace-oeq-ext 0.7.0.post1 (built for 2.14.1+cu130). Today refused; with the rules the prebuilt, unbuilt."""
+    pins = P.load()
+    torch = pins.matrix.torch_version
+    venv = venv_for(torch)
+    reinstall(venv, cp311_plain_oeq, post1_wheel)
+    site = site_of(venv)
+    stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub")
+    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
+    assert today["torch_distribution"] == torch and today["oeq_version"] == pins.oeq.version, today
+    assert today["reason"] == f"fastmace-oeq-ext was built for torch {pins.matrix.consumer_torch}, installed is {torch}"
+    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext was built")
+    assert "prebuilt not used: fastmace-oeq-ext was built for torch" in today["cli_doctor"], today["cli_doctor"]
+
+    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
+    assert ours["usable"] and ours["reason"] is None, ours
+    assert ours["extension"]["source"] == "prebuilt" and ours["extension"]["version"] == "0.7.0.post1", ours
+    assert ours["module"] == str(site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"), ours
+    assert ours["ops"] == OPS and ours["built"] is True and ours["precompiled"] is False, ours
+    assert ours["env_jit"] == "1"  # PyPI's OEq has no precompiled extension: FastMACE's JIT route, its prebuilt
+    line = f"host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1, {site / 'fastmace_oeq_ext' / 'libtorch_tp_jit.so'}); no compiler needed"
+    assert ours["doctor_ok"] and line in ours["doctor"].splitlines(), ours["doctor"]
+    assert ours["doctor_runs_it"] and line in ours["cli_doctor"] and ours["cli_doctor"].startswith("[ ok ]"), ours
+    assert ours["sentinel_log"] == ""  # nothing compiled, nothing even tried
+
+
+RULE_TABLE = r"""
+import json, os, sys
+sys.path.insert(0, os.environ["OEQ_RULES_DIR"])
+from fastmace.kernels import _oeq_runtime as rt
+import oeq_rules
+theirs = rt.prebuilt_extension
+oeq_rules.install()
+rows = []
+for torch, cuda, oeq in json.loads(sys.argv[1]):
+    versions = {"torch": torch, "openequivariance": oeq}
+    rows.append([theirs(versions=versions).reason, oeq_rules.prebuilt_extension(versions=versions, torch_cuda=cuda).reason])
+print("TABLE " + json.dumps(rows))
+"""
+
+
+def test_rule_one_against_fastmaces_own_rule(post1_wheel, cp311_plain_oeq, tmp_path):
+    """On post1's real manifest: where FastMACE refuses for the local label only, the rules accept; where the
+    release or torch's CUDA differs, they refuse, in FastMACE's words where FastMACE has words for it."""
+    venv = venv_for(P.load().matrix.torch_version)
+    reinstall(venv, cp311_plain_oeq, post1_wheel)
+    cases = [("2.14.1+cu130", "13.0", "0.7.0"), ("2.14.1", "13.0", "0.7.0"),
+             ("2.14.1+cu130", "13.0", "0.7.0+oeqwheels.cu13.1"), ("2.15.0", "13.0", "0.7.0"),
+             ("2.14.1+cu130", "12.8", "0.7.0"), ("2.14.1+cu130", "13.0", "0.7.1")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", RULE_TABLE, json.dumps(cases)],
+                       capture_output=True, text=True, env=dict(env, OEQ_RULES_DIR=str(RULES_DIR)))
+    (line,) = [l for l in r.stdout.splitlines() if l.startswith("TABLE ")] or [r.stderr[-3000:]]
+    got = dict(zip(cases, json.loads(line[6:])))
+    assert got[cases[0]] == [None, None]
+    assert got[cases[1]] == ["fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1", None]
+    assert got[cases[2]] == ["fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.0+oeqwheels.cu13.1",
+                             None]
+    assert got[cases[3]] == ["fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.15.0"] * 2
+    assert got[cases[4]] == [None, "fastmace-oeq-ext was built for torch 2.14.1+cu130 with CUDA 13.0, installed torch "
+                                   "2.14.1+cu130 is built for CUDA 12.8"]
+    assert got[cases[5]] == ["fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.1"] * 2
+
+
+@pytest.mark.parametrize("torch", torches())
+def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, sentinels, tmp_path):
+    """torch X from PyPI + our binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses (it forces
+    OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
+    pins = P.load()
+    line = pins.oeq_line("cu130")
+    venv = venv_for(torch)
+    reinstall(venv, cu130_oeq)
+    extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
+    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
+    assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
+    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
+                                       "installed"), today
+    assert "host extension: built with the host toolchain (OEQ_JIT_EXTENSION=1" in today["cli_doctor"]
+
+    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
+    assert "refused" not in ours, ours
+    assert ours["extension"]["source"] == "oeq-precompiled", ours
+    assert ours["extension"]["path"] == str(extlib / "liboeq_stable_cuda_aoti.so"), ours
+    assert ours["plan_jit"] is None and ours["env_jit"] is None, ours  # never set, in the plan or the process
+    assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
+    assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
+    assert Path(ours["module"]).parent == extlib and Path(ours["module"]).name.startswith("oeq_stable_cuda"), ours
+    assert ours["so_path"] == str(extlib / "liboeq_stable_cuda_aoti.so") and ours["ops"] == OPS, ours
+    precompiled = f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'}); no compiler needed"
+    assert ours["doctor_ok"] and precompiled in ours["doctor"].splitlines(), ours["doctor"]
+    assert ours["cli_doctor"].startswith("[ ok ] OpenEquivariance") and precompiled in ours["cli_doctor"], ours
+    assert "fastmace-oeq-ext not used: fastmace-oeq-ext is not installed" in ours["cli_doctor"]
+    assert ours["sentinel_log"] == "" and today["sentinel_log"] == ""
+
+    if torch == line.tested_torch[0]:  # below the floor: the same install, torch's release read one minor older
+        major, minor = (int(x) for x in line.torch_min.split("."))
+        older = f"{major}.{minor - 1}.0+cu{line.cuda.replace('.', '')}"
+        record = json.loads(zipfile.ZipFile(cu130_oeq).read(
+            next(n for n in zipfile.ZipFile(cu130_oeq).namelist() if n.endswith("oeq_wheels_build.json"))))
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import oeq_rules; "
+                "p = oeq_rules.oeq_precompiled({}, torch=json.loads(sys.argv[2]), record=json.loads(sys.argv[3])); "
+                "print(json.dumps([p.usable, p.reason]))")
+        r = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(RULES_DIR),
+                            json.dumps({"__version__": older, "cuda": line.cuda}), json.dumps(record)],
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert json.loads(r.stdout or "null") == [
+            False, f"openequivariance {line.version(pins.oeq.version)}'s precompiled extension needs torch >= "
+                   f"{line.torch_min}, torch {older} is installed"], r.stderr[-2000:]
+
+
+def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sentinels, tmp_path):
+    """PyPI's torch 2.10.0 (CUDA 12.8, and older than the cu130 line's floor) beside our cu13.1 OEq: the rules
+    refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today."""
+    pins = P.load()
+    line, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
+    torch = cu12.tested_torch[0]
+    venv = venv_for(torch)
+    reinstall(venv, cu130_oeq)
+    extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
+    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
+    assert ours["torch_distribution"] == torch, ours
+    why = (f"openequivariance {line.version(pins.oeq.version)} is built for CUDA {line.cuda_major}, torch "
+           f"{torch}+cu{cu12.cuda.replace('.', '')} is built for CUDA {cu12.cuda}")
+    assert ours["refused"].splitlines()[0] == ("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
+                                               f"installed; OpenEquivariance's precompiled extension not usable: {why}")
+    assert f"OpenEquivariance precompiled not used: {why}" in ours["cli_doctor"], ours["cli_doctor"]
+    # Without the switch FastMACE's own fallback runs (the rules hand over to it): no CUDA 13 runtime, no build.
+    fallback = ask(venv, sentinels, stub_dir, tmp_path, rules=True, FASTMACE_OEQ_PREBUILT=None)
+    assert fallback["refused"].startswith("no CUDA 13 runtime wheel (nvidia/cu13 with include/cuda.h)"), fallback
+    assert ours["sentinel_log"] == "" and fallback["sentinel_log"] == ""
