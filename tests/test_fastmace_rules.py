@@ -18,6 +18,10 @@ Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line
 - the CUDA 12 torch (2.10.0+cu128, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
   names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
 Unpatched FastMACE's rows stay in test_fastmace.py.
+
+Cost: four uv venvs (PyPI's torch 2.14.1, the floor, the newest, 2.10.0), kept in the cache like the other venvs;
+each about 5-6 GB (hard links into uv's cache, which holds the files once) and 10-30 s to make on this machine;
+with them made, the file runs in about a minute.
 """
 from __future__ import annotations
 
@@ -83,15 +87,26 @@ def torches() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def cu130_oeq(request) -> Path:
-    """Our cu130 binary OEq for CPython 3.11: the session's build, or OEQ_WHEELS_TEST_OUTDIR's (a finished
+def built(request) -> Path:
+    """The OUTDIR of our cp311 wheels: the session's build (cp311_wheel), or OEQ_WHEELS_TEST_OUTDIR (a finished
     `make wheels` OUTDIR, to run this file alone without building)."""
     outdir = os.environ.get("OEQ_WHEELS_TEST_OUTDIR")
-    if outdir:
-        version = P.load().oeq_line("cu130").version(P.load().oeq.version)
-        (whl,) = extra_dir(Path(outdir)).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
-        return whl
-    return request.getfixturevalue("cp311_oeq_wheel")
+    return Path(outdir) if outdir else request.getfixturevalue("cp311_wheel").parent
+
+
+@pytest.fixture(scope="session")
+def cu130_oeq(built) -> Path:
+    """Our cu130 binary OEq for CPython 3.11 (x86_64)."""
+    version = P.load().oeq_line("cu130").version(P.load().oeq.version)
+    (whl,) = extra_dir(built).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
+    return whl
+
+
+@pytest.fixture(scope="session")
+def cu130_ext(built) -> Path:
+    """The fastmace-oeq-ext build served beside it on the cu130 index (its manifest names our binary OEq)."""
+    (whl,) = extra_dir(built).glob("fastmace_oeq_ext-*+*-cp311-cp311-*_x86_64.whl")
+    return whl
 
 
 def venv_for(torch: str) -> Path:
@@ -275,6 +290,39 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
                    f"{line.torch_min}, torch {older} is installed"], r.stderr[-2000:]
 
 
+def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel,
+                                                                              cp311_plain_oeq, cu130_oeq, cu130_ext,
+                                                                              sentinels, tmp_path):
+    """torch 2.14.1+cu130 as FastMACE's README installs it: where FastMACE 1.0.0 takes a prebuilt today (post1 beside
+    PyPI's OEq; ours beside our binary OEq), the rules take the same one; our binary OEq alone: OEq's own."""
+    pins = P.load()
+    site = site_of(fastmace_venv)
+    lib = site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"
+    for oeq, ext, version in ((cp311_plain_oeq, post1_wheel, "0.7.0.post1"),
+                              (cu130_oeq, cu130_ext, pins.for_variant("cu130").version)):
+        reinstall(fastmace_venv, oeq, ext)
+        stub_dir = driver_stub([lib, *sorted((site / "openequivariance" / "_torch" / "extlib").glob("*.so"))],
+                               tmp_path / f"stub-{version}")
+        for rules in (False, True):
+            got = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=rules)
+            assert got["torch_distribution"] == pins.matrix.consumer_torch, got
+            assert got["usable"] and got["extension"]["source"] == "prebuilt", (rules, got)
+            assert got["extension"]["version"] == version and got["module"] == str(lib) and got["ops"] == OPS, got
+            assert f"host extension: prebuilt (fastmace-oeq-ext {version}, {lib}); no compiler needed" in got["cli_doctor"]
+            assert got["sentinel_log"] == ""
+    reinstall(fastmace_venv, cu130_oeq)
+    extlib = site / "openequivariance" / "_torch" / "extlib"
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub-oeq")
+    today = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=False)
+    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
+                                       "installed"), today
+    ours = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=True)
+    assert ours["extension"]["source"] == "oeq-precompiled" and ours["env_jit"] is None, ours
+    assert ours["precompiled"] and ours["built"] and Path(ours["module"]).parent == extlib and ours["ops"] == OPS, ours
+    assert f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'})" in ours["cli_doctor"]
+    assert today["sentinel_log"] == "" and ours["sentinel_log"] == ""
+
+
 def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sentinels, tmp_path):
     """PyPI's torch 2.10.0 (CUDA 12.8, and older than the cu130 line's floor) beside our cu13.1 OEq: the rules
     refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today."""
@@ -285,6 +333,9 @@ def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sent
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
+    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
+    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
+                                       "installed"), today
     ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
     assert ours["torch_distribution"] == torch, ours
     why = (f"openequivariance {line.version(pins.oeq.version)} is built for CUDA {line.cuda_major}, torch "
@@ -295,4 +346,4 @@ def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sent
     # Without the switch FastMACE's own fallback runs (the rules hand over to it): no CUDA 13 runtime, no build.
     fallback = ask(venv, sentinels, stub_dir, tmp_path, rules=True, FASTMACE_OEQ_PREBUILT=None)
     assert fallback["refused"].startswith("no CUDA 13 runtime wheel (nvidia/cu13 with include/cuda.h)"), fallback
-    assert ours["sentinel_log"] == "" and fallback["sentinel_log"] == ""
+    assert today["sentinel_log"] == "" and ours["sentinel_log"] == "" and fallback["sentinel_log"] == ""
