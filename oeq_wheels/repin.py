@@ -38,7 +38,7 @@ def _version(text: str, what: str) -> Version:
         raise RepinError(f"{what} {text!r} is not a version (X.Y.Z)") from None
 
 
-def _wheels(files: list[registry.File], project: str):
+def _wheels(files: list[registry.File]):
     for f in files:
         if f.yanked or not f.filename.endswith(".whl"):
             continue
@@ -55,7 +55,7 @@ def _platform_arch(tags, arch: str) -> bool:
 
 def torch_wheel(files: list[registry.File], version: Version, cp: str, arch: str) -> registry.File | None:
     """torch's wheel of one CPython and architecture (the highest build tag, as pip and uv take it)."""
-    hits = [(build, f) for f, v, build, tags in _wheels(files, "torch")
+    hits = [(build, f) for f, v, build, tags in _wheels(files)
             if v == version and _platform_arch(tags, arch) and any(t.interpreter == cp and t.abi == cp for t in tags)]
     return max(hits, key=lambda h: h[0])[1] if hits else None
 
@@ -83,13 +83,13 @@ def _version_py(text: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _newest(files: list[registry.File], project: str, spec: SpecifierSet) -> Version | None:
-    found = {v for f, v, _b, _t in _wheels(files, project) if spec.contains(v, prereleases=True)}
+def _newest(files: list[registry.File], spec: SpecifierSet) -> Version | None:
+    found = {v for f, v, _b, _t in _wheels(files) if spec.contains(v, prereleases=True)}
     return max(found) if found else None
 
 
 def _nvidia_file(files: list[registry.File], project: str, version: Version, arch: str) -> registry.File:
-    hits = [f for f, v, _b, tags in _wheels(files, project) if v == version and _platform_arch(tags, arch)]
+    hits = [f for f, v, _b, tags in _wheels(files) if v == version and _platform_arch(tags, arch)]
     if not hits:
         raise RepinError(f"{project} {version} has no Linux {arch} wheel on the registry")
     return hits[0]
@@ -127,14 +127,14 @@ class Repinner:
             for arch in ln.get("arches", ["x86_64"]):
                 need.setdefault(arch, set()).add(ln["torch_wheel"])
         files = self.files("torch")
-        if not any(v == version for _f, v, _b, _t in _wheels(files, "torch")):
+        if not any(v == version for _f, v, _b, _t in _wheels(files)):
             raise RepinError(f"torch {version} is not on the registry ({self.index})")
         chosen: dict[str, dict[str, registry.File]] = {}
         for arch, tags in need.items():
             for cp in sorted(tags):
                 f = torch_wheel(files, version, cp, arch)
                 if f is None:
-                    have = sorted({t.interpreter for f2, v, _b, ts in _wheels(files, "torch") if v == version
+                    have = sorted({t.interpreter for f2, v, _b, ts in _wheels(files) if v == version
                                    and _platform_arch(ts, arch) for t in ts if re.fullmatch(r"cp3\d+", t.abi)})
                     raise RepinError(f"torch {version} has no {cp} wheel for Linux {arch} on the registry (it has: "
                                      f"{', '.join(have) or 'none'}); re-pin with --python naming CPythons it has")
@@ -192,11 +192,11 @@ class Repinner:
         toolkit_version, via_toolkit = None, {}
         if toolkit_req is not None:
             files = self.files("cuda-toolkit")
-            tv = _newest(files, "cuda-toolkit", toolkit_req.specifier)
+            tv = _newest(files, toolkit_req.specifier)
             if tv is None:
                 raise RepinError(f"torch {version} requires {toolkit_req}, which the registry does not have")
             toolkit_version = str(tv)
-            tk = next(f for f, v, _b, _t in _wheels(files, "cuda-toolkit") if v == tv)
+            tk = next(f for f, v, _b, _t in _wheels(files) if v == tv)
             meta = _small_metadata(registry.download(tk))  # a metapackage: a few KB, read whole
             # "all": every component at the toolkit's release, the header-only ones (crt, cccl) too.
             via_toolkit = requirements(meta, "x86_64", set(toolkit_req.extras) | {"all"})
@@ -208,7 +208,7 @@ class Repinner:
                 out.append(ref)
                 self.notes.append(f"kept {ref}: torch {version} does not require {project}")
                 continue
-            v = _newest(self.files(project), project, req.specifier)
+            v = _newest(self.files(project), req.specifier)
             if v is None:
                 raise RepinError(f"torch {version} requires {req}, which the registry does not have")
             out.append(f"{project}=={v}")
