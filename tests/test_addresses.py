@@ -9,9 +9,11 @@ from oeq_wheels import addresses, pins as P
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
 
-# What users read or what is shipped: README, the docs and CHANGELOG, the workflows that publish, the runtime.
+# What users read or what is shipped: README, the docs and CHANGELOG, the workflows that publish, the runtime, and
+# contrib/ (the rules we hand the owner for FastMACE).
 TOLD = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md")),
-        *sorted((REPO / ".github").rglob("*.yml")), *sorted((REPO / "runtime").rglob("*.py"))]
+        *sorted((REPO / ".github").rglob("*.yml")), *sorted((REPO / "runtime").rglob("*.py")),
+        *sorted(f for f in (REPO / "contrib").rglob("*") if f.is_file())]
 
 
 def shipped_part(text: str, name: str) -> str:
