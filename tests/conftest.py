@@ -151,3 +151,22 @@ def post1_wheel(cache, tmp_path_factory):
                    "a8eb73dd6bcdfda8c016917c54b9d88caa3449c526b059dff7d87ae3e15f4f8f")
     from oeq_wheels import fetch
     return fetch.ensure([pin], cache)[pin.file]
+
+
+UPLOAD_PASSWORD = "pypirc-S3cret-never-printed"
+
+
+@pytest.fixture
+def upload_server(tmp_path):
+    """pypiserver on loopback; uploads need user `owner` with UPLOAD_PASSWORD, reading does not; never falls back
+    to PyPI. Yields its root URL and its package directory."""
+    from passlib.apache import HtpasswdFile
+    from oeq_wheels.release import hosts
+    pkgs = tmp_path / "packages"
+    pkgs.mkdir()
+    ht = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
+    ht.set_password("owner", UPLOAD_PASSWORD)
+    ht.save()
+    with hosts.pypiserver(pkgs, tmp_path / "server.log", "-a", "update", "-P", str(tmp_path / "htpasswd"),
+                          "--disable-fallback") as url:
+        yield url, pkgs

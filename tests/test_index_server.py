@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from passlib.apache import HtpasswdFile
 
 from conftest import REPO
 from oeq_wheels import build, pins as P
@@ -15,7 +14,7 @@ from oeq_wheels.release import hosts, installmatrix, publish, site
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
-PASSWORD = "pypirc-S3cret-never-printed"
+from conftest import UPLOAD_PASSWORD as PASSWORD
 
 
 @pytest.fixture(scope="module")
@@ -27,27 +26,14 @@ def release_set(tmp_path_factory, cache):
     return out
 
 
-@pytest.fixture
-def server(tmp_path):
-    """pypiserver on loopback; uploads need the password, reading does not; never falls back to PyPI."""
-    pkgs = tmp_path / "packages"
-    pkgs.mkdir()
-    ht = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
-    ht.set_password("owner", PASSWORD)
-    ht.save()
-    with hosts.pypiserver(pkgs, tmp_path / "server.log", "-a", "update", "-P", str(tmp_path / "htpasswd"),
-                          "--disable-fallback") as url:
-        yield url, pkgs
-
-
 def owner_env(home: Path, cache) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
     env.update(HOME=str(home), OEQ_WHEELS_CACHE=str(cache), PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
     return env
 
 
-def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_set, server, tmp_path, cache):
-    url, pkgs = server
+def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_set, upload_server, tmp_path, cache):
+    url, pkgs = upload_server
     home = tmp_path / "home"
     home.mkdir()
     (home / ".pypirc").write_text(f"[distutils]\nindex-servers = local\n\n[local]\nrepository = {url}\n"
@@ -70,8 +56,8 @@ def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_se
     assert PASSWORD not in said
 
 
-def test_plain_twine_upload_then_pip_install_from_the_server(release_set, server, tmp_path, cache):
-    url, pkgs = server
+def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload_server, tmp_path, cache):
+    url, pkgs = upload_server
     twine = [sys.executable, "-m", "twine"]
     dist = sorted(map(str, release_set.iterdir()))  # what the owner's `dist/*` expands to
     env = dict(owner_env(tmp_path, cache), TWINE_USERNAME="owner", TWINE_PASSWORD=PASSWORD)

@@ -9,9 +9,10 @@ import zipfile
 
 import pytest
 
+from conftest import UPLOAD_PASSWORD
 from oeq_wheels import build, pins as P
 
-from oeq_wheels.release import hosts, publish
+from oeq_wheels.release import publish
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
@@ -103,17 +104,26 @@ def test_tampered_wheel_is_refused(cp311_wheel, oeq_set, tmp_path):
         publish.publish(out, None, True, only_cp311(P.load()))
 
 
-def test_missing_credentials_refused_and_nothing_uploaded(cp311_wheel, oeq_set, tmp_path, monkeypatch):
+@pytest.mark.parametrize("credentials", ["none", "wrong password"])
+def test_missing_or_wrong_credentials_refused_and_nothing_uploaded(credentials, cp311_wheel, oeq_set, tmp_path,
+                                                                   monkeypatch, capfd, upload_server):
+    """Against a server that checks them (pypiserver with a password): twine, not we, refuses; nothing lands."""
+    url, pkgs = upload_server
     out = release_dir(tmp_path, cp311_wheel, oeq_set)
     for k in [k for k in os.environ if k.startswith("TWINE_")]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.pypirc
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
-    (tmp_path / "empty-index").mkdir()
-    with hosts.pages(tmp_path / "empty-index", "x") as empty:  # knows no project: nothing is there yet
-        with pytest.raises(publish.ReleaseError, match="twine upload failed"):
-            publish.publish(out, None, False, only_cp311(P.load()), repository_url="http://user:secret@127.0.0.1:9/",
-                            index_url=empty)
+    if credentials == "wrong password":
+        monkeypatch.setenv("TWINE_USERNAME", "owner")
+        monkeypatch.setenv("TWINE_PASSWORD", "not-" + UPLOAD_PASSWORD)
+    with pytest.raises(publish.ReleaseError, match="twine upload failed"):
+        publish.publish(out, None, False, only_cp311(P.load()), repository_url=url)
+    said = capfd.readouterr()
+    assert "none of the 1 file(s) is on" in said.out  # the gate passed: twine itself refused
+    assert ("403" in said.out + said.err) if credentials == "wrong password" else \
+        ("username" in (said.out + said.err).lower())
+    assert list(pkgs.iterdir()) == [] and UPLOAD_PASSWORD not in said.out + said.err
 
 
 def test_unreachable_index_is_refused_before_any_upload(cp311_wheel, oeq_set, tmp_path, capsys):
