@@ -167,3 +167,37 @@ def test_the_cuda12_line_links_the_cuda12_wheels_and_passes_the_gate(cp311_oeq_c
     assert record.built_against.file.startswith("torch-2.10.0-3-cp312")
     r = run_cli("verify", str(cp311_oeq_cu12_wheel))
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def _so(tmp_path, name: str, source: str, *link: str, version_script: str | None = None) -> bytes:
+    """A small shared library built with the host's gcc (the check reads symbols only; nothing runs)."""
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    cmd = ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / name), str(src), f"-L{tmp_path}", *link]
+    if version_script:
+        (tmp_path / f"{name}.map").write_text(version_script)
+        cmd += [f"-Wl,--version-script={tmp_path / f'{name}.map'}", f"-Wl,-soname,{name}"]
+    subprocess.run(cmd, check=True)
+    return (tmp_path / name).read_bytes()
+
+
+def test_the_cuda_symbol_check_refuses_a_symbol_the_oldest_pinned_library_lacks(tmp_path):
+    from oeq_wheels.oeq.verify import abi_problems
+    soname = "libcublas.so.13"  # NVIDIA versions its symbols by soname, as the check expects
+    script = f"{soname} {{ global: %s local: *; }};"
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    _so(old, soname, "int cublasOld(void){return 0;}", version_script=script % "cublasOld;")
+    _so(new, soname, "int cublasOld(void){return 0;}\nint cublasNew(void){return 1;}",
+        version_script=script % "cublasOld; cublasNew;")
+    uses = "int cublasOld(void); int cublasNew(void);\nint f(void){return cublasOld()%s;}"
+    only_old = _so(new, "only_old.so", uses % "", f"-l:{soname}")
+    both = _so(new, "both.so", uses % " + cublasNew()", f"-l:{soname}")
+    assert abi_problems(only_old, {soname: old / soname}) == []
+    assert abi_problems(both, {soname: old / soname}) == \
+        [f"needs ['cublasNew'] from {soname}, absent in the oldest pinned {soname}"]
+    assert abi_problems(both, {soname: old / "absent.so"}) == [f"cannot check CUDA symbols: {old / 'absent.so'} missing"]
+    # A torch C++ symbol (not the stable C ABI) is refused too.
+    cxx = _so(tmp_path, "cxx.so", "void _ZN3c104impl3fooEv(void); void g(void){_ZN3c104impl3fooEv();}",
+              "-Wl,--unresolved-symbols=ignore-all")
+    assert abi_problems(cxx, {}) == ["imports C++ symbols, not torch's stable C ABI: ['_ZN3c104impl3fooEv']"]
