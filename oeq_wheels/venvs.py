@@ -24,17 +24,80 @@ def pip_env(base: dict | None = None) -> dict:
     return env
 
 
+def site_packages(venv: Path) -> Path:
+    (lib,) = (venv / "lib").glob("python3.*")
+    return lib / "site-packages"
+
+
+def _contents(venv: Path) -> str:
+    """What a cached venv holds: its distributions (name-version), one per line."""
+    return "".join(f"{d.name}\n" for d in sorted(site_packages(venv).glob("*.dist-info")))
+
+
+def _ready(venv: Path) -> bool:
+    """A cached venv is reused only as it was made: .complete records its distributions, and a venv someone
+    installed into or removed from since is made again (tests install into overlays, never into these)."""
+    done = venv / ".complete"
+    return done.is_file() and done.read_text() == _contents(venv)
+
+
+def _done(venv: Path) -> Path:
+    (venv / ".complete").write_text(_contents(venv))
+    return venv
+
+
+def overlay(base: Path, dest: Path) -> Path:
+    """A throwaway copy at `dest` of the cached venv `base`, its files hard links (torch's 5 GB in seconds, no
+    bytes copied; a plain copy where `dest` is on another file system). It has base's layout exactly (torch and
+    the NVIDIA wheels under its own prefix, where FastMACE and our runtime look for them), and a test's installs
+    and removals there never change the cache: pip and uv unlink a file before writing it, and removing a link
+    leaves base's."""
+    import errno
+    cfg = dict(line.split(" = ", 1) for line in (base / "pyvenv.cfg").read_text().splitlines() if " = " in line)
+    ver = site_packages(base).parent.name
+    proc.run([str(Path(cfg["home"]) / ver), "-m", "venv", "--without-pip", str(dest)], check=True)
+    shutil.rmtree(site_packages(dest))
+    try:
+        shutil.copytree(site_packages(base), site_packages(dest), symlinks=True, copy_function=os.link)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.rmtree(site_packages(dest), ignore_errors=True)
+        shutil.copytree(site_packages(base), site_packages(dest), symlinks=True)
+    # base's scripts (pip, fastmace, ...), run by dest's interpreter.
+    for script in (base / "bin").iterdir():
+        target = dest / "bin" / script.name
+        if target.exists() or script.is_symlink() or not script.is_file() or script.read_bytes()[:2] != b"#!":
+            continue
+        target.write_text(script.read_text().replace(str(base), str(dest), 1))
+        target.chmod(script.stat().st_mode)
+    return dest
+
+
+def _uv_env() -> dict:
+    env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
+    env["UV_NO_CONFIG"] = "1"
+    return env
+
+
 def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
-    """cache/venvs/torch-<ver>-cpXY with the pinned torch; made once (~5.5 GB), then reused."""
+    """cache/venvs/torch-<ver>-cpXY: the release matrix's torch from the registry as `pip install torch==X` gets
+    it, checked against the pinned wheel's sha256, with the NVIDIA wheels it requires; installed with uv, whose
+    cache then holds those files once for this venv and pypi_torch_venv's. Made once, then reused."""
+    import sys
     interp = pythons.find(version)
     venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-{interp.cp_tag}"
-    if not (venv / ".complete").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        proc.run([interp.executable, "-m", "venv", str(venv)], check=True)
-        proc.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"torch=={pins.matrix.torch_version}"], check=True)
-        (venv / ".complete").touch()
-    return venv
+    if _ready(venv):
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    whl = pins.matrix.torch_wheel(interp.cp_tag)
+    uv, env = [sys.executable, "-m", "uv"], _uv_env()
+    proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
+    req = venv / "torch-requirement.txt"  # uv verifies a hash it is given, without needing one for every dependency
+    req.write_text(f"torch=={whl.version} --hash=sha256:{whl.sha256}\n")
+    proc.run(uv + ["pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r", str(req)],
+             check=True, env=env)
+    return _done(venv)
 
 
 def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], workdir: Path) -> None:
@@ -42,10 +105,9 @@ def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], w
     all without resolving against torch, which is already there."""
     py = str(venv / "bin" / "python")
     oeq_whl = oeqpy.build_pure(pins, workdir, cache)
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    proc.run(pip + ["numpy", "jinja2", "packaging", "setuptools", "ninja", f"pybind11=={pins.pybind11.version}"],
-                   check=True)
-    proc.run(pip + ["--no-deps", "--force-reinstall", str(oeq_whl), *map(str, wheels)], check=True)
+    pip = [py, "-m", "pip", "install", "-q", "--no-deps"]
+    proc.run(pip + ["--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=pip_env())
+    proc.run(pip + ["--force-reinstall", str(oeq_whl), *map(str, wheels)], check=True, env=pip_env())
 
 
 def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
@@ -61,7 +123,7 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]  # a changed lock makes a new venv
     venv = cache / "venvs" / f"fastmace-torch-{pins.matrix.consumer_torch}-{interp.cp_tag}-{lock_key}"
-    if (venv / ".complete").is_file():
+    if _ready(venv):
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
@@ -74,8 +136,7 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
         proc.run(pip + [f"torch=={pins.matrix.consumer_torch}", "--index-url", index], check=True, env=env)
     proc.run(pip + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
     proc.run(pip + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
-    (venv / ".complete").touch()
-    return venv
+    return _done(venv)
 
 
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
@@ -88,12 +149,11 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
     venv = cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-{lock_key}"
-    if (venv / ".complete").is_file():
+    if _ready(venv):
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
-    env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
-    env["UV_NO_CONFIG"] = "1"
+    env = _uv_env()
     uv = [sys.executable, "-m", "uv"]
     py = str(venv / "bin" / "python")
     proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
@@ -103,5 +163,4 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
              check=True, env=env)
     proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
                    *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
-    (venv / ".complete").touch()
-    return venv
+    return _done(venv)

@@ -97,10 +97,17 @@ def cp311_oeq_cu12_wheel(cp311_wheel) -> Path:
 
 
 @pytest.fixture(scope="session")
-def torch_venv(cache) -> Path:
-    """A venv with torch 2.14.1 (CUDA 13.0 build) for CPython 3.11; made once, kept in the cache."""
+def torch_base(cache) -> Path:
+    """The cached venv with the release matrix's torch for CPython 3.11; never installed into (see torch_venv)."""
     from oeq_wheels import venvs
     return venvs.torch_venv(pins_mod.load(), cache)
+
+
+@pytest.fixture
+def torch_venv(torch_base, tmp_path) -> Path:
+    """This test's own venv over torch_base: what it installs stays in tmp_path."""
+    from oeq_wheels import venvs
+    return venvs.overlay(torch_base, tmp_path / "torch-venv")
 
 
 @pytest.fixture(scope="session")
@@ -115,18 +122,35 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
 
 
 @pytest.fixture(scope="session")
-def oeq_venv(torch_venv, cp311_wheel, tmp_path_factory, cache) -> Path:
-    """torch_venv plus OpenEquivariance 0.7.0's Python package and the cp311 wheel."""
+def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
+    """A venv over torch_base with OpenEquivariance 0.7.0's Python package, its dependencies and the cp311
+    wheel, made once a session; tests use oeq_venv, their own copy of what it adds."""
     from oeq_wheels import venvs
-    venvs.install_oeq_stack(torch_venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
-    return torch_venv
+    venv = venvs.overlay(torch_base, tmp_path_factory.mktemp("oeq-stack") / "venv")
+    venvs.install_oeq_stack(venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
+    return venv
+
+
+@pytest.fixture
+def oeq_venv(oeq_stack, tmp_path) -> Path:
+    """oeq_stack as this test's own venv: what the test installs or removes stays in tmp_path."""
+    from oeq_wheels import venvs
+    return venvs.overlay(oeq_stack, tmp_path / "oeq-venv")
 
 
 @pytest.fixture(scope="session")
-def fastmace_venv(cache) -> Path:
-    """torch 2.14.1+cu130 (as PyTorch's cu130 index serves it) and FastMACE 1.0.0 for CPython 3.11; cached."""
+def fastmace_base(cache) -> Path:
+    """The cached venv: torch 2.14.1+cu130 (as PyTorch's cu130 index serves it) and FastMACE 1.0.0 for CPython
+    3.11; never installed into (see fastmace_venv)."""
     from oeq_wheels import venvs
     return venvs.consumer_venv(pins_mod.load(), cache)
+
+
+@pytest.fixture
+def fastmace_venv(fastmace_base, tmp_path) -> Path:
+    """This test's own venv over fastmace_base."""
+    from oeq_wheels import venvs
+    return venvs.overlay(fastmace_base, tmp_path / "fastmace-venv")
 
 
 @pytest.fixture(scope="session")
@@ -170,3 +194,43 @@ def upload_server(tmp_path):
     with hosts.pypiserver(pkgs, tmp_path / "server.log", "-a", "update", "-P", str(tmp_path / "htpasswd"),
                           "--disable-fallback") as url:
         yield url, pkgs
+
+
+# The proof table (tests/claims.py): each test's outcome, then each claim's at the end of the run.
+_RESULTS: dict[str, tuple[str, str]] = {}
+
+
+def pytest_runtest_logreport(report):
+    before = _RESULTS.get(report.nodeid, ("passed", ""))
+    if report.failed:
+        _RESULTS[report.nodeid] = ("failed", "")
+    elif report.skipped and before[0] != "failed":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _RESULTS[report.nodeid] = ("skipped", reason.removeprefix("Skipped: "))
+    elif report.when == "call" and report.nodeid not in _RESULTS:
+        _RESULTS[report.nodeid] = ("passed", "")
+
+
+def _claims_table():
+    import claims
+    return claims.table(claims.load(), _RESULTS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under OEQ_WHEELS_TEST_REQUIRE, a claim with a skipped test fails the run."""
+    if not REQUIRE or not _RESULTS:
+        return
+    _, judged = _claims_table()
+    if any(o.state == "SKIPPED" for o in judged.values()) and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _RESULTS:
+        return
+    lines, judged = _claims_table()
+    terminalreporter.section("proof table (tests/claims.toml)")
+    for line in lines:
+        terminalreporter.write_line(line)
+    if REQUIRE and any(o.state == "SKIPPED" for o in judged.values()):
+        terminalreporter.write_line("a claim's test was skipped under OEQ_WHEELS_TEST_REQUIRE: that is a failure")

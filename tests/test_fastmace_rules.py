@@ -109,17 +109,17 @@ def cu130_ext(built) -> Path:
     return whl
 
 
-def venv_for(torch: str) -> Path:
-    return venvs.pypi_torch_venv(P.load(), default_cache(), torch)
+def venv_for(torch: str, tmp_path: Path) -> Path:
+    """The test's own venv over the cached one of this torch (what a row installs stays in tmp_path)."""
+    return venvs.overlay(venvs.pypi_torch_venv(P.load(), default_cache(), torch), tmp_path / f"venv-{torch}")
 
 
-def site_of(venv: Path) -> Path:
-    (lib,) = (venv / "lib").glob("python3.*")
-    return lib / "site-packages"
+site_of = venvs.site_packages
 
 
 def reinstall(venv: Path, *wheels: Path) -> None:
-    """Exactly these wheels beside torch and FastMACE: OEq and fastmace-oeq-ext of an earlier row removed first."""
+    """Exactly these wheels beside torch and FastMACE: an earlier step's OEq and fastmace-oeq-ext removed first
+    (the venv is the test's own overlay, so nothing of another test is there)."""
     uv = [sys.executable, "-m", "uv", "pip"]
     env = dict(venvs.pip_env(), UV_NO_CONFIG="1")
     subprocess.run([*uv, "uninstall", "-q", "--python", str(venv / "bin" / "python"), "openequivariance",
@@ -183,7 +183,7 @@ def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel,
     fastmace-oeq-ext 0.7.0.post1 (built for 2.14.1+cu130). Today refused; with the rules the prebuilt, unbuilt."""
     pins = P.load()
     torch = pins.matrix.torch_version
-    venv = venv_for(torch)
+    venv = venv_for(torch, tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     site = site_of(venv)
     stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub")
@@ -223,7 +223,7 @@ print("TABLE " + json.dumps(rows))
 def test_rule_one_against_fastmaces_own_rule(post1_wheel, cp311_plain_oeq, tmp_path):
     """On post1's real manifest: where FastMACE refuses for the local label only, the rules accept; where the
     release or torch's CUDA differs, they refuse, in FastMACE's words where FastMACE has words for it."""
-    venv = venv_for(P.load().matrix.torch_version)
+    venv = venv_for(P.load().matrix.torch_version, tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     cases = [("2.14.1+cu130", "13.0", "0.7.0"), ("2.14.1", "13.0", "0.7.0"),
              ("2.14.1+cu130", "13.0", "0.7.0+oeqwheels.cu13.1"), ("2.15.0", "13.0", "0.7.0"),
@@ -249,7 +249,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
     pins = P.load()
     line = pins.oeq_line("cu130")
-    venv = venv_for(torch)
+    venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
@@ -329,7 +329,7 @@ def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sent
     pins = P.load()
     line, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
     torch = cu12.tested_torch[0]
-    venv = venv_for(torch)
+    venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")

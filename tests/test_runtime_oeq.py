@@ -144,16 +144,14 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     assert stock["built"] is False, stock
     assert "cuda_runtime_api.h" in stock["ext_error"] or "cusparse.h" in stock["ext_error"], stock["ext_error"][-2000:]
     env = {**base, "OEQ_CUDA_DRIVER_DIR": str(libcuda_stub), "TORCH_EXTENSIONS_DIR": str(tmp_path / "wheels")}
-    # As after `pip install torch`: no crt or cccl headers (an earlier run of this test may have added them).
-    subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "nvidia-cuda-crt",
-                    "nvidia-cuda-cccl"], capture_output=True)
-    # torch's requirements do not bring nvidia-cuda-crt: the fallback says what to install ...
-    res = probe(oeq_venv, {**env, "PROBE_NO_IMPORT": "1"}, tmp_path, sbin)
-    assert res["status"]["state"] == "skipped"
-    assert "pip install nvidia-cuda-cccl==13.0.85 nvidia-cuda-crt==13.0.88" in res["status"]["reason"]
-    # ... and we install exactly those, by hash, from the pinned cache.
+    # As after `pip install torch` (the venv is this test's own: no crt or cccl headers), torch's requirements do
+    # not bring nvidia-cuda-crt: the fallback says what to install, the versions pinned for the matrix's torch ...
     from oeq_wheels import fetch, files, pins as P
     pins = [n for n in P.load().matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
+    res = probe(oeq_venv, {**env, "PROBE_NO_IMPORT": "1"}, tmp_path, sbin)
+    assert res["status"]["state"] == "skipped"
+    assert f"pip install {' '.join(sorted(f'{p.name}=={p.version}' for p in pins))}" in res["status"]["reason"]
+    # ... and we install exactly those, by hash, from the pinned cache.
     paths = fetch.ensure(pins, files.default_cache())
     req = tmp_path / "headers.txt"
     req.write_text("".join(f"{paths[p.file]} --hash=sha256:{p.sha256}\n" for p in pins))
