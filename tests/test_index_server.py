@@ -77,3 +77,15 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
                                       pins, args, installmatrix.pythons.find("3.11").executable, False, print,
                                       with_fastmace=True)
     assert case.ok, case.result  # judged with the doctor's first line: "OpenEquivariance precompiled ..."
+
+
+def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):
+    """docs/validation.md records the sha256 of the cu13.1 cp312 wheel the H200 ran; the pinned build gives it.
+    A change that alters those bytes fails here until the GPU proof is run again on the new ones."""
+    import hashlib
+    import re
+    text = (REPO / "docs" / "validation.md").read_text()
+    (recorded,) = re.findall(r"The H200 proof is of the cu13\.1 cp312\s+wheel with sha256 ([0-9a-f]{64})", text)
+    line = P.load().oeq_binary
+    (wheel,) = extra_dir(release_set).glob(f"openequivariance-{line.version(P.load().oeq.version)}-cp312-*_x86_64.whl")
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == recorded, wheel.name

@@ -104,12 +104,16 @@ def test_the_test_command_fails_and_says_why_when_a_required_engine_cannot_start
                             "fail: dockerd did not start") and "broken on purpose" in l for l in out), out[-20:]
     assert any(l.startswith("test.sh: container engine docker: fail: dockerd did not start") and
                "broken on purpose" in l for l in out[-3:]), out[-5:]
+    assert any(l.startswith("engines ") and " FAIL " in l for l in out), out[-20:]  # the proof table
     # With the setting empty (nothing required) the same run passes, the test SKIPPED by name with that reason.
     env["OEQ_WHEELS_TEST_REQUIRE"] = ""
     r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, "-q", "-rs"], capture_output=True, text=True,
                        env=env, cwd=REPO, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert any(l.startswith("SKIPPED") and "dockerd did not start" in l and "broken on purpose" in l
+               for l in r.stdout.splitlines()), r.stdout[-3000:]
+    # ... and the proof table shows the claim SKIPPED with that reason.
+    assert any(l.startswith("engines ") and " SKIPPED " in l and "dockerd did not start" in l
                for l in r.stdout.splitlines()), r.stdout[-3000:]
 
 
