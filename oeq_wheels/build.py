@@ -315,16 +315,23 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dic
     return toolchains, notes
 
 
+def select_pythons(pins: pins_mod.Pins, versions: list[str] | None) -> tuple[list[str], list[str]]:
+    """(every CPython to build, those of fastmace-oeq-ext). Each package has its own: a release torch without a
+    cp310 wheel narrows fastmace-oeq-ext, never the OEq lines, which build against their own (floor) torch."""
+    wanted = pins_mod.select_pythons(pins.pythons, versions, f"matrix {pins.matrix.name!r} or the OEq lines")
+    return wanted, [v for v in wanted if v in pins.matrix.pythons]
+
+
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,
         jobs: int | None = None, cache: Path | None = None,
         arches: list[str] | None = None) -> tuple[list[dict], dict[str, str]]:
     """Build both packages' wheels for the requested Pythons and architectures; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
-    wanted = pins_mod.select_pythons(pins.matrix.pythons, versions, f"matrix {pins.matrix.name!r}")
+    wanted, ext_wanted = select_pythons(pins, versions)
     toolchains, arch_notes = select_arches(pins, arches)
     # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
-    ext_wanted = wanted if pins.ext_arch.name in toolchains else []
+    ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
     interps = pythons.find_all(wanted)
     outdir = prepare_outdir(outdir)

@@ -244,7 +244,8 @@ def _container_handoff(args) -> None:
         from .build import check_arch_names
         pins = load(args.matrix)
         if args.python is not None:
-            select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+            from .build import select_pythons as build_pythons
+            build_pythons(pins, args.python)
         check_arch_names(pins, args.arch)
     if runner.choose(args.runner) == "docker":  # does not return
         runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs,

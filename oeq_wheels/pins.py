@@ -221,7 +221,7 @@ class Pins:
     @property
     def pythons(self) -> tuple[str, ...]:
         """Every CPython either package is built for."""
-        return tuple(dict.fromkeys(self.matrix.pythons + self.oeq_lines[0].pythons))
+        return tuple(dict.fromkeys(self.matrix.pythons + tuple(v for l in self.oeq_lines for v in l.pythons)))
 
     @property
     def site_url(self) -> str:

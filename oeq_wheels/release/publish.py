@@ -169,7 +169,7 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
         else:
             by_line[line.key].append(w)
     for line in pins.oeq_lines:
-        pythons = tuple(v for v in pins.matrix.pythons if v in line.pythons)
+        pythons = line.pythons  # the line's own CPythons: a release torch without one does not narrow them
         problems += _check_set(by_line[line.key], line.version(pins.oeq.version), pythons,
                                f"openequivariance {line.name} {line.arch.name}")
     if problems:
