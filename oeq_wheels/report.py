@@ -14,7 +14,8 @@ def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: f
     """Write where/STEM.json and STEM.md atomically; return the .md path."""
     entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
     cps = sorted({next(iter(parse_wheel_filename(r["wheel"])[3])).interpreter for r in rows})
-    inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(cps) + pins.oeq_binary_inputs())]
+    ext_cps = [c for c in cps if c in pins.matrix.torch_wheels]  # OEq's CPythons may be more than the torch's
+    inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(ext_cps) + pins.oeq_binary_inputs())]
     data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
             "oeq_binary_versions": {l.name: l.version(pins.oeq.version) for l in pins.oeq_lines},
             "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
