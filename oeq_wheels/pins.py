@@ -221,7 +221,8 @@ class Pins:
     @property
     def pythons(self) -> tuple[str, ...]:
         """Every CPython either package is built for."""
-        return tuple(dict.fromkeys(self.matrix.pythons + tuple(v for l in self.oeq_lines for v in l.pythons)))
+        every = {*self.matrix.pythons, *(v for l in self.oeq_lines for v in l.pythons)}
+        return tuple(sorted(every, key=lambda v: tuple(int(x) for x in v.split("."))))
 
     @property
     def site_url(self) -> str:
