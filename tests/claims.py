@@ -15,6 +15,7 @@ CLAIMS_FILE = REPO / "tests" / "claims.toml"
 DOCUMENTS = ("README.md", "docs/validation.md", "docs/pipeline.md")
 WORDS = re.compile(r"\b(tested|proven|proves)\b", re.I)
 NEGATED = re.compile(r"(?:\bnot|\*\*not\*\*)\s+(?:tested|proven)\b", re.I)
+MENTIONED = re.compile(r'"(?:tested|proven|proves)"', re.I)  # the word quoted is a mention, not a claim
 PROVEN_BY_HEADER = "| | supported | proven by |"
 
 
@@ -41,7 +42,8 @@ def load(path: Path = CLAIMS_FILE) -> list[Claim]:
 
 
 def sentences(document: Path) -> list[str]:
-    """The lines that claim a proof: a proof word not negated ("not proven" says what is not claimed), and every
+    """The lines that claim a proof: a proof word neither negated ("not proven" says what is not claimed) nor
+    quoted, and every
     row of README's "proven by" table (its negative rows too: they name where else it is proven)."""
     out, in_table = [], False
     for line in document.read_text().splitlines():
@@ -53,7 +55,7 @@ def sentences(document: Path) -> list[str]:
                 out.append(line)
             continue
         in_table = False
-        if WORDS.search(NEGATED.sub("", line)):
+        if WORDS.search(NEGATED.sub("", MENTIONED.sub("", line))):
             out.append(line)
     return out
 
