@@ -3,7 +3,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -62,11 +61,9 @@ def test_prebuilt_required_loads_with_no_compiler(oeq_venv, libcuda_stub, sentin
 def test_stale_lock_does_not_delay(oeq_venv, libcuda_stub, sentinels, tmp_path):
     lock = tmp_path / "torch_extensions" / "libtorch_tp_jit" / "lock"
     lock.parent.mkdir(parents=True)
-    lock.write_text("")  # left by a killed JIT build; OEq itself would wait 300 s
-    t0 = time.monotonic()
+    lock.write_text("")  # left by a killed JIT build; OEq itself would wait 300 s, past the probe's timeout
     res = probe(oeq_venv, {"LD_LIBRARY_PATH": str(libcuda_stub)}, tmp_path, sentinels[0], timeout=120)
     assert res["built"] is True and res["status"]["state"] == "prebuilt"
-    assert time.monotonic() - t0 < 60
     assert sorted(p.name for p in lock.parent.iterdir()) == ["lock"]
 
 
@@ -164,12 +161,11 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     for soname in ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcuda.so.1"):
         assert f"[{soname}]" in needed
     assert not log.exists()  # nvcc was never called
-    # torch leaves <build dir>/lock behind; the second process must neither wait on it nor rebuild.
+    # torch leaves <build dir>/lock behind; the second process must neither wait on it (300 s, past the probe's
+    # timeout) nor rebuild.
     assert (tmp_path / "wheels" / "libtorch_tp_jit" / "lock").exists()
-    t0 = time.monotonic()
-    again = probe(oeq_venv, env, tmp_path, sbin, timeout=600)
+    again = probe(oeq_venv, env, tmp_path, sbin, timeout=120)
     assert again["built"] is True and again["status"]["state"] == "reused"
-    assert time.monotonic() - t0 < 60
 
 
 def doctor(venv, env_extra, path=None):
