@@ -2,6 +2,7 @@
 """Benchmark: the release build (both packages) against its compiler floor, and the user's cold start.
 
     PYTHONPATH=.:runtime python bench/run.py [--out docs/benchmarks.md] [--skip-build] [--repeat 3]
+    PYTHONPATH=.:runtime python bench/run.py --suite [--second]   (the test suite's cost; bench/suite.py)
 
 Prints a markdown table and writes it to --out. Measures, on this machine:
  1. the release build (fastmace-oeq-ext for each OEq variant; binary openequivariance for every line and
@@ -186,7 +187,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--suite", action="store_true",
+                    help="only the test suite's cost: a fresh clone, empty caches, make wheels and make test (bench/suite.py)")
+    ap.add_argument("--second", action="store_true", help="with --suite: make test a second time in that clone")
     args = ap.parse_args()
+    if args.suite:
+        import suite
+        rows = suite.measure(args.second)
+        print("| what | measured |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows))
+        return 0 if all("exit 0" in b for a, b in rows if a.startswith("make")) else 1
     pins = P.load()
     cache = default_cache()
     with tempfile.TemporaryDirectory(prefix="oeq-bench-") as t:

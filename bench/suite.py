@@ -1,0 +1,53 @@
+"""The test suite's cost as a new user pays it: a fresh clone of HEAD, empty caches (XDG_CACHE_HOME: ours, uv's
+and pip's), README's two commands (`make wheels`, then `make test`), optionally `make test` again in the same clone;
+the time of each and the peak disk used above the start (the file system's, sampled every 2 s: run it on a quiet
+machine). `bench/run.py --suite [--second]` runs it; README and docs/benchmarks.md state its figures."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class PeakDisk(threading.Thread):
+    def __init__(self, where: Path):
+        super().__init__(daemon=True)
+        self.where, self.start_used, self.peak, self.stop = where, shutil.disk_usage(where).used, 0, threading.Event()
+
+    def run(self):
+        while not self.stop.wait(2):
+            self.peak = max(self.peak, shutil.disk_usage(self.where).used - self.start_used)
+
+
+def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="oeq-suite-") as t:
+        root = Path(t)
+        clone = root / "clone"
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("OEQ_WHEELS_CACHE", "UV_CACHE_DIR", "PIP_CACHE_DIR")}
+        env["XDG_CACHE_HOME"] = str(root / "cache")  # ours, uv's and pip's, all empty
+        disk = PeakDisk(root)
+        disk.start()
+        for what in ["wheels", "test"] + (["test"] if second else []):
+            t0 = time.monotonic()
+            with open(root / f"make-{what}.log", "a") as out:
+                rc = subprocess.run(["make", what], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+            took = time.monotonic() - t0
+            label = f"make {what}" + (" (second, same clone and cache)" if what == "test" and
+                                     any(r[0].startswith("make test") for r in rows) else "")
+            rows.append((label, f"{took / 60:.1f} min, exit {rc}"))
+            log(f"suite: {label}: {took:.0f} s, exit {rc}")
+            if rc != 0:
+                log((root / f"make-{what}.log").read_text()[-3000:])
+                break
+        disk.stop.set()
+        disk.join()
+        rows.append(("peak disk above the start (caches, clone, temporary)", f"{disk.peak / 2**30:.1f} GiB"))
+    return rows
