@@ -177,6 +177,14 @@ def post1_wheel(cache, tmp_path_factory):
     return fetch.ensure([pin], cache)[pin.file]
 
 
+@pytest.fixture(scope="session")
+def post1_torch(post1_wheel) -> str:
+    """The torch post1 was built for, from its own manifest (2.14.1+cu130): fixed, whatever pins.toml's torch is."""
+    import json
+    import zipfile
+    return json.loads(zipfile.ZipFile(post1_wheel).read("fastmace_oeq_ext/manifest.json"))["torch"]
+
+
 UPLOAD_PASSWORD = "pypirc-S3cret-never-printed"
 
 

@@ -68,12 +68,16 @@ def assert_accepted(out, version):
     assert out["sentinel_log"] == ""  # nothing was compiled, nothing was even tried
 
 
-def test_fastmace_accepts_post1_then_ours_after_upgrade(fastmace_venv, post1_wheel, cp311_wheel, cp311_plain_oeq,
-                                                        sentinels, libcuda_stub, tmp_path):
+def test_fastmace_accepts_post1_then_ours_after_upgrade(fastmace_venv, post1_wheel, post1_torch, cp311_wheel,
+                                                        cp311_plain_oeq, sentinels, libcuda_stub, tmp_path):
     pins = P.load()
     pip(fastmace_venv, "--no-deps", "--force-reinstall", str(cp311_plain_oeq), str(post1_wheel))
     out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
-    assert_accepted(out, "0.7.0.post1")  # the harness is post1's world: FastMACE takes post1 here
+    if post1_torch == pins.matrix.consumer_torch:
+        assert_accepted(out, "0.7.0.post1")  # the harness is post1's world: FastMACE takes post1 here
+    else:  # a release for a newer torch: post1 is refused there, and the upgrade below is what fixes it
+        assert not out["usable"] and out["reason"] == \
+            f"fastmace-oeq-ext was built for torch {post1_torch}, installed is {pins.matrix.consumer_torch}", out
     # `pip install -U fastmace-oeq-ext` from PyPI (a stand-in serving our release, the rest from PyPI).
     packages = tmp_path / "pypi"
     packages.mkdir()

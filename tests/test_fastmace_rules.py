@@ -175,19 +175,19 @@ def oeq_item(doctor_out: str) -> str:
     return "\n".join(lines)
 
 
-def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, cp311_plain_oeq, sentinels,
-                                                                     tmp_path):
+def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, post1_torch, cp311_plain_oeq,
+                                                                     sentinels, tmp_path):
     """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch (2.14.1), PyPI's OEq 0.7.0 and the owner's
     fastmace-oeq-ext 0.7.0.post1 (built for 2.14.1+cu130). Today refused; with the rules the prebuilt, unbuilt."""
     pins = P.load()
-    torch = pins.matrix.torch_version
+    torch = post1_torch.split("+")[0]  # PyPI's copy of the binary post1 was built for
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     site = site_of(venv)
     stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub")
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["torch_distribution"] == torch and today["oeq_version"] == pins.oeq.version, today
-    assert today["reason"] == f"fastmace-oeq-ext was built for torch {pins.matrix.consumer_torch}, installed is {torch}"
+    assert today["reason"] == f"fastmace-oeq-ext was built for torch {post1_torch}, installed is {torch}"
     assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext was built")
     assert "prebuilt not used: fastmace-oeq-ext was built for torch" in today["cli_doctor"], today["cli_doctor"]
 
@@ -218,10 +218,10 @@ print("TABLE " + json.dumps(rows))
 """
 
 
-def test_rule_one_against_fastmaces_own_rule(post1_wheel, cp311_plain_oeq, tmp_path):
+def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_torch, cp311_plain_oeq, tmp_path):
     """On post1's real manifest: where FastMACE refuses for the local label only, the rules accept; where the
     release or torch's CUDA differs, they refuse, in FastMACE's words where FastMACE has words for it."""
-    venv = venv_for(P.load().matrix.torch_version, tmp_path)
+    venv = venv_for(post1_torch.split("+")[0], tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     cases = [("2.14.1+cu130", "13.0", "0.7.0"), ("2.14.1", "13.0", "0.7.0"),
              ("2.14.1+cu130", "13.0", "0.7.0+oeqwheels.cu13.1"), ("2.15.0", "13.0", "0.7.0"),
