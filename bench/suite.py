@@ -1,7 +1,7 @@
 """The test suite's cost as a new user pays it: a fresh clone of HEAD, empty caches (XDG_CACHE_HOME: ours, uv's
 and pip's), README's two commands (`make wheels`, then `make test`), optionally `make test` again in the same clone;
 the time of each and the peak disk used above the start (the file system's, sampled every 2 s: run it on a quiet
-machine). `bench/run.py --suite [--second]` runs it; README and docs/benchmarks.md state its figures."""
+machine). `bench/run.py --suite [--second]` (or `python3 bench/suite.py`) runs it; README and docs/benchmarks.md state its figures."""
 from __future__ import annotations
 
 import os
@@ -51,3 +51,10 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
         disk.join()
         rows.append(("peak disk above the start (caches, clone, temporary)", f"{disk.peak / 2**30:.1f} GiB"))
     return rows
+
+
+if __name__ == "__main__":  # standard library only: runs before any of the project's set-up exists
+    import sys
+    rows = measure("--second" in sys.argv[1:])
+    print("| what | measured |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows))
+    sys.exit(0 if all("exit 0" in b for a, b in rows if a.startswith("make")) else 1)
