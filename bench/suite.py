@@ -44,8 +44,9 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
                                      any(r[0].startswith("make test") for r in rows) else "")
             rows.append((label, f"{took / 60:.1f} min, exit {rc}"))
             log(f"suite: {label}: {took:.0f} s, exit {rc}")
+            if rc != 0 or what == "test":  # a failure's cause, or the proof table and pytest's summary
+                log((root / f"make-{what}.log").read_text()[-4000:])
             if rc != 0:
-                log((root / f"make-{what}.log").read_text()[-3000:])
                 break
         disk.stop.set()
         disk.join()
