@@ -71,9 +71,9 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
     pins = P.load()
     site_dir = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(release_set), pins), pins)
     with hosts.pages(site_dir, "oeq-wheels") as base:
-        args = ["torch==" + installmatrix.FASTMACE_TORCH, pins.package_name,
+        args = ["torch==" + pins.matrix.torch_version, pins.package_name,
                 "--extra-index-url", base + "cu130/simple/", "--extra-index-url", url + "simple/"]
-        case = installmatrix.run_case(installmatrix.Case(installmatrix.FASTMACE_TORCH, "pip", pins.oeq_binary),
+        case = installmatrix.run_case(installmatrix.Case(pins.matrix.torch_version, "pip", pins.oeq_binary),
                                       pins, args, installmatrix.pythons.find("3.11").executable, False, print,
                                       with_fastmace=True)
     assert case.ok, case.result  # judged with the doctor's first line: "OpenEquivariance precompiled ..."

@@ -43,7 +43,6 @@ from . import emulated, hosts, site as site_mod
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
-FASTMACE_TORCH = "2.14.1"  # FastMACE pins it (the owner's decision); fastmace-oeq-ext requires it
 
 CHECK = r"""
 import json, importlib.metadata as md
@@ -249,8 +248,9 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
              if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
              for v in rows(line) for i in installers]
     other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major and l.arch.name == host_arch()]
-    if other and (torches is None or FASTMACE_TORCH in torches) and (arches is None or host_arch() in arches):
-        cases.append(Case(FASTMACE_TORCH, installers[0], other[0], mix=True))
+    fastmace_torch = pins.matrix.torch_version  # the torch fastmace-oeq-ext requires
+    if other and (torches is None or fastmace_torch in torches) and (arches is None or host_arch() in arches):
+        cases.append(Case(fastmace_torch, installers[0], other[0], mix=True))
     return cases
 
 
@@ -275,7 +275,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
         fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
         with hosts.pages(site, pins.repository.split("/")[1]) as root:  # served as the release serves it
             for case in cases:
-                with_fastmace = case.torch == FASTMACE_TORCH and not case.foreign  # fastmace-oeq-ext: x86_64 only
+                with_fastmace = case.torch == pins.matrix.torch_version and not case.foreign  # fastmace-oeq-ext: x86_64 only
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, base, keep, say, with_fastmace)
