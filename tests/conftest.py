@@ -219,9 +219,14 @@ def pytest_runtest_logreport(report):
         _RESULTS[report.nodeid] = ("passed", "")
 
 
+_TABLE: list = []  # (lines, judged), made once at the end of the run
+
+
 def _claims_table():
-    import claims
-    return claims.table(claims.load(), _RESULTS)
+    if not _TABLE:
+        import claims
+        _TABLE.append(claims.table(claims.load(), _RESULTS))
+    return _TABLE[0]
 
 
 def pytest_sessionfinish(session, exitstatus):
