@@ -153,8 +153,12 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--check", action="store_true", help="every pin still on the registry with its sha256; writes nothing")
     rp.add_argument("--index-url", default=None, help="the registry's simple index (default: PyPI's)")
     rp.add_argument("--pins", type=Path, default=None, help="the pins file (default: oeq_wheels/pins.toml)")
+    rp.add_argument("--readme", type=Path, default=None, help="the README whose install lines derive from the pins "
+                                                               "(default: the checkout's, when re-pinning its pins.toml)")
 
     sub.add_parser("pythons", parents=[common], help="list the interpreters the build would use")
+    sub.add_parser("release-plan", parents=[common], help="what release.yml takes from the pins, as NAME=VALUE lines "
+                                                          "for $GITHUB_OUTPUT")
     f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs into the cache")
     f.add_argument("--python", type=_pythons_arg)
     f.add_argument("--matrix")
@@ -322,6 +326,11 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "pins":
         return _pins(args)
+    if args.cmd == "release-plan":
+        from .release.plan import release_plan
+        for name, value in release_plan(load()).items():
+            print(f"{name}={value}")
+        return 0
     if args.cmd == "pythons":
         from .pythons import PythonNotFound, find
         pins = load()
@@ -362,7 +371,8 @@ def _pins(args) -> int:
         raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post or --check")
     if (args.matrix or args.python) and not args.torch:
         raise UsageError("--matrix and --python choose what --torch re-pins; give --torch too")
-    r = repin.Repinner(path, index)
+    readme = args.readme or (PINS_FILE.parent.parent / "README.md" if path == PINS_FILE else None)
+    r = repin.Repinner(path, index, readme)
     if args.torch:
         r.torch(args.torch, args.matrix, args.python)
     if args.oeq:

@@ -98,8 +98,8 @@ def _nvidia_file(files: list[registry.File], project: str, version: Version, arc
 class Repinner:
     """One pins.toml being re-pinned: the plain data to read, the tomlkit document to write, text renames."""
 
-    def __init__(self, path: Path, index: str):
-        self.path, self.index = path, index
+    def __init__(self, path: Path, index: str, readme: Path | None = None):
+        self.path, self.index, self.readme = path, index, readme
         self.text = path.read_text()
         self.data = tomllib.loads(self.text)
         self.doc = tomlkit.parse(self.text)
@@ -269,7 +269,8 @@ class Repinner:
         return text
 
     def write(self) -> str:
-        """Check that the re-pinned file loads for every matrix, then put it in place; return the diff."""
+        """Check that the re-pinned file loads for every matrix, then put it in place, and README's lines derived
+        from pins (derived_lines) rewritten to match; return the diff of both."""
         text = self.result()
         fd, tmp = tempfile.mkstemp(prefix=".pins.", suffix=".toml", dir=self.path.parent)
         try:
@@ -279,7 +280,11 @@ class Repinner:
             for name, m in data["matrix"].items():
                 if m["pythons"]:
                     pins_mod.load(name, path=Path(tmp))
-            pins_mod.load(path=Path(tmp))
+            after = pins_mod.load(path=Path(tmp))
+            readme = None
+            if self.readme is not None:
+                old = self.readme.read_text()
+                readme = rewrite_derived(old, derived_lines(pins_mod.load(path=self.path)), derived_lines(after))
         except pins_mod.PinsError as exc:
             os.unlink(tmp)
             raise RepinError(f"the re-pinned file would not load ({exc}); {self.path.name} untouched") from None
@@ -287,8 +292,37 @@ class Repinner:
             os.unlink(tmp)
             raise
         os.replace(tmp, self.path)
-        return "".join(difflib.unified_diff(self.text.splitlines(True), text.splitlines(True),
+        diff = "".join(difflib.unified_diff(self.text.splitlines(True), text.splitlines(True),
                                             str(self.path.name), str(self.path.name), n=0))
+        if readme is not None and readme != old:
+            _write_atomic(self.readme, readme)
+            diff += "".join(difflib.unified_diff(old.splitlines(True), readme.splitlines(True),
+                                                 self.readme.name, self.readme.name, n=0))
+        return diff
+
+
+def derived_lines(pins: pins_mod.Pins) -> list[str]:
+    """README's lines made from pins: the users' install commands and FastMACE's (tests/test_site.py holds
+    README to them)."""
+    return [*pins.install_lines(), *pins.fastmace_install_lines()]
+
+
+def rewrite_derived(text: str, before: list[str], after: list[str]) -> str:
+    """`text` with each whole line of `before` replaced by its counterpart in `after` (prose is left alone)."""
+    swap = {b: a for b, a in zip(before, after) if b != a}
+    out = []
+    for line in text.splitlines(True):
+        body = line.rstrip("\n")
+        out.append(swap.get(body, body) + line[len(body):])
+    return "".join(out)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
 
 
 def _small_metadata(wheel: bytes) -> bytes:

@@ -88,6 +88,29 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
     assert "--next-post" in r.stdout  # the released fastmace-oeq-ext name must not be rebuilt
 
 
+def test_readmes_derived_install_lines_follow_the_pins_and_nothing_else_of_it_changes(pins_copy):
+    """After `--torch`, README's install lines are those of the new pins (tests/test_site.py holds README to them)
+    and its prose is as it was; a re-pin that fails leaves README as it was too."""
+    readme = pins_copy.parent / "README.md"
+    before = (P.PINS_FILE.parent.parent / "README.md").read_text()
+    readme.write_text(before)
+    reg = pinned_registry()
+    add_torch(reg)
+    with reg.serve() as url:
+        r = pins_cli(pins_copy, url, "--torch", "9.9.9", "--readme", str(readme))
+        assert r.returncode != 0 and readme.read_text() == before
+        r = pins_cli(pins_copy, url, "--torch", TORCH, "--readme", str(readme))
+    assert r.returncode == 0, r.stderr
+    after = readme.read_text()
+    old_lines, new_lines = repin.derived_lines(P.load()), repin.derived_lines(P.load(path=pins_copy))
+    assert old_lines != new_lines and all(f"\n{line}\n" in after for line in new_lines)
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    assert len(before.splitlines()) == len(after.splitlines()) and changed
+    assert all(a in old_lines and b in new_lines for a, b in changed), changed
+    assert f"+{new_lines[-3]}" in r.stdout  # the diff shows README's change too
+    assert sorted(p.name for p in pins_copy.parent.iterdir()) == ["README.md", "pins.toml"]
+
+
 def test_a_named_matrix_is_repinned_for_every_architecture_its_line_builds(pins_copy):
     line = P.load().oeq_binary
     reg = pinned_registry()

@@ -73,7 +73,8 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     assert "oeq-wheels" not in pypi and "dist-extra" not in pypi
     # The binary OEq wheels and SHA256SUMS are built, kept and attached to the release.
     assert "path: dist-extra/*.whl" in build and "dist-extra/SHA256SUMS" in build
-    assert "make install-matrix" in build and "2.10.0" in build  # both CUDA lines, before anything is published
+    assert "make install-matrix" in build and "x86_64_torches" in build  # both CUDA lines (release_plan), before
+    # anything is published
     assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
     assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/SHA256SUMS" in gh
 
@@ -101,7 +102,8 @@ def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_i
     assert set(jobs["build"]["needs"]) == {"tag", "tests", "build-aarch64-native"}
     ci = jobs["clean-install"]
     assert ci["strategy"]["fail-fast"] is False
-    assert ci["strategy"]["matrix"]["python"] == list(__import__("oeq_wheels.pins").pins.load().matrix.pythons)
+    assert ci["strategy"]["matrix"]["python"].startswith("${{ fromJSON(needs.tag.outputs.pythons) }}")
+    assert "tag" in ci["needs"]
     assert set(jobs["publish-pypi"]["needs"]) == {"build", "clean-install"}
     assert jobs["publish-pypi"]["environment"]["name"] == "pypi"
     assert jobs["publish-pypi"]["permissions"] == {"id-token": "write"}
@@ -157,4 +159,37 @@ def test_release_builds_aarch64_natively_in_the_pinned_image_and_holds_the_cross
     build = " ".join(s.get("run", "") for s in jobs["build"]["steps"])
     assert "--runner docker --arch x86_64" in build and "--runner host --arch aarch64" in build
     assert "compare-builds dist-extra native-extra --arch aarch64" in build
-    assert '--torch 2.11.0 --arch aarch64' in build  # the emulated rows
+    assert '--torch $TORCHES --arch aarch64' in build  # the emulated rows, at the line's floor (release_plan)
+
+
+def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_text(tmp_path):
+    """The tag job publishes release_plan's values; the jobs read them. With pins re-pinned (another torch, fewer
+    CPythons) the plan follows, and no version of the pins is written in release.yml."""
+    import json
+    from conftest import run_cli
+    from oeq_wheels import pins as P
+    from oeq_wheels.release.plan import release_plan
+    jobs = load("release.yml")["jobs"]
+    plan = next(s for s in jobs["tag"]["steps"] if s.get("id") == "plan")
+    assert "oeq_wheels release-plan >> \"$GITHUB_OUTPUT\"" in plan["run"]
+    assert set(jobs["tag"]["outputs"]) == {"pythons", "x86_64_torches", "aarch64_torches"}
+    matrix_steps = [s for s in jobs["build"]["steps"] if "make install-matrix" in s.get("run", "")]
+    assert [s["env"]["TORCHES"] for s in matrix_steps] == ["${{ needs.tag.outputs.x86_64_torches }}",
+                                                           "${{ needs.tag.outputs.aarch64_torches }}"]
+    pins = P.load()
+    r = run_cli("release-plan")
+    assert r.returncode == 0, r.stderr
+    out = dict(line.split("=", 1) for line in r.stdout.splitlines())
+    assert out == release_plan(pins) and json.loads(out["pythons"]) == list(pins.matrix.pythons)
+    assert out["x86_64_torches"].split(",") == [pins.matrix.torch_version, pins.oeq_line("cu128").tested_torch[0]]
+    assert out["aarch64_torches"] == pins.oeq_line("cu130", "aarch64").tested_torch[0]
+    text = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    torches = {t for l in pins.oeq_lines for t in l.tested_torch} | {pins.matrix.torch_version}
+    assert [t for t in sorted(torches) if t in text] == []
+    assert [v for v in pins.matrix.pythons if f'"{v}"' in text] == ["3.12"]  # the tools' own Python only
+    # Re-pinned: fewer CPythons and another torch, the plan says so.
+    import dataclasses
+    narrowed = dataclasses.replace(pins, matrix=dataclasses.replace(pins.matrix, pythons=("3.11", "3.12"),
+                                                                    torch_version="9.1.0"))
+    assert json.loads(release_plan(narrowed)["pythons"]) == ["3.11", "3.12"]
+    assert release_plan(narrowed)["x86_64_torches"].startswith("9.1.0,")
