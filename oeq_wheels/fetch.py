@@ -154,7 +154,10 @@ def _pip_download(item: Pinned, tmp: Path, progress: _Progress) -> Path:
     req.write_text(f"{item.requirement} --hash=sha256:{item.sha256}\n")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
            "--disable-pip-version-check", "--progress-bar", "raw", "-d", str(tmp), "-r", str(req), *_pip_args(item)]
-    res = proc.run(cmd, capture_output=True, text=True, on_line=lambda l: progress.line(item.file, l))
+    # pip's configured constraints (a machine-wide `torch<=X` cap, say) cannot narrow a file pinned by name and
+    # sha256: they would only refuse it. The rest of pip's configuration (index, proxy, certificates) stays.
+    env = dict(os.environ, PIP_CONSTRAINT=os.devnull)
+    res = proc.run(cmd, capture_output=True, text=True, env=env, on_line=lambda l: progress.line(item.file, l))
     got = tmp / item.file
     if res.returncode != 0 or not got.is_file():
         detail = (res.stderr or res.stdout).strip().splitlines()
