@@ -134,7 +134,7 @@ class Consumer:
     """The package fastmace-oeq-ext exists for, whose own code decides whether the prebuilt is used."""
 
     wheels: tuple[Pinned, ...]  # its wheel, then what its import needs; pure Python, pinned by sha256
-    torch_index: str            # where its README installs torch from
+    torch_index: str            # where its README installs torch from (PyTorch's index of torch_local)
 
     @property
     def wheel(self) -> Pinned:
@@ -385,7 +385,8 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         raise PinsError(f"[package.urls] in {path} names {bad[0]}, which is neither the owner's account "
                         f"({repository.split('/')[0]}) nor an [addresses] upstream; point it at one of those")
     con = data["consumer"]
-    consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]), con["torch_index"])
+    consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]),
+                        f"{con['torch_indexes'].rstrip('/')}/{mat.torch_local}")
     nb = data["nanobind"]
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
     arches = _arches(data)

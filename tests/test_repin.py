@@ -68,6 +68,7 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
     new = P.load(path=pins_copy)
     assert new.matrix.name == f"torch-{TORCH}" and new.matrix.torch_version == TORCH
     assert (new.matrix.torch_local, new.matrix.cuda, new.matrix.consumer_torch) == (LOCAL, CUDA, f"{TORCH}+{LOCAL}")
+    assert new.consumer.torch_index == f"https://download.pytorch.org/whl/{LOCAL}"  # PyTorch's index of that torch
     assert new.matrix.pythons == release.matrix.pythons
     for cp, w in new.matrix.torch_wheels.items():
         assert w.file == f"torch-{TORCH}-{cp}-{cp}-manylinux_2_28_x86_64.whl"
@@ -108,6 +109,7 @@ def test_readmes_derived_install_lines_follow_the_pins_and_nothing_else_of_it_ch
     assert len(before.splitlines()) == len(after.splitlines()) and changed
     assert all(a in old_lines and b in new_lines for a, b in changed), changed
     assert f"+{new_lines[-3]}" in r.stdout  # the diff shows README's change too
+    assert new_lines[-3] == f"pip install torch=={TORCH} --index-url https://download.pytorch.org/whl/{LOCAL}"
     assert sorted(p.name for p in pins_copy.parent.iterdir()) == ["README.md", "pins.toml"]
 
 
