@@ -257,6 +257,8 @@ class Pins:
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
+        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line).
+        own += tuple((f"CUDA {self.line_builds(n)[0].cuda_major} index", self.index_url(n)) for n in self.line_names)
         return own + self.urls
 
     @property

@@ -270,3 +270,19 @@ def test_consumer_fix_names_the_command_that_works(manifest, env, fix):
     m = Manifest.from_json(manifest.read_text())
     from fastmace_oeq_ext import decision
     assert decision._consumer_fix(m, {"torch_cuda": "13.0", **env}) == fix
+
+
+def test_the_fix_names_our_index_of_torchs_cuda_major_not_of_its_minor(monkeypatch):
+    """torch 2.15.0 is a CUDA 13.2 build: its OEq is the cu130 line's (one line per CUDA major), which the installed
+    fastmace-oeq-ext names as its Project-URL "CUDA 13 index"; a site without those URLs gets cu<major><minor>."""
+    from oeq_wheels import pins as P
+    import importlib
+    decision = importlib.import_module("fastmace_oeq_ext.decision")
+    urls = {label: url for label, url in P.load().project_urls}
+    monkeypatch.setattr(decision, "_project_urls", lambda: urls)
+    cu13, cu12 = P.load().index_url("cu130"), P.load().index_url("cu128")
+    assert [decision.index_for_cuda(c) for c in ("13.0", "13.2", "12.8", "12.9")] == [cu13, cu13, cu12, cu12]
+    monkeypatch.setattr(decision, "_project_urls", lambda: {"Binary index": "https://x.example/"})
+    assert decision.index_for_cuda("13.2") == "https://x.example/cu132/simple/"
+    monkeypatch.setattr(decision, "_project_urls", lambda: {})
+    assert decision.index_for_cuda("13.2") is None and decision.index_for_cuda("13.2", "<b>/") == "<b>/cu132/simple/"

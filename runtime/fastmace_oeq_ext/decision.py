@@ -141,19 +141,30 @@ def _oeq_build_record() -> str | None:
         return None
 
 
-def binary_index_url() -> str | None:
-    """The binary OEq site, from fastmace-oeq-ext's Project-URL "Binary index" (None when not installed)."""
+def _project_urls() -> dict[str, str]:
+    """fastmace-oeq-ext's Project-URLs, label -> URL (empty when it is not installed)."""
     try:
         urls = metadata.metadata("fastmace-oeq-ext").get_all("Project-URL") or []
     except metadata.PackageNotFoundError:
-        return None
-    return next((u.split(",", 1)[1].strip() for u in urls if u.split(",", 1)[0].strip() == "Binary index"), None)
+        return {}
+    return {label.strip(): url.strip() for label, _, url in (u.partition(",") for u in urls)}
 
 
-def cuda_line(torch_cuda: str | None) -> str | None:
-    """The index line (cu130, cu128) that serves a torch of this CUDA version."""
+def binary_index_url() -> str | None:
+    """The binary OEq site, from fastmace-oeq-ext's Project-URL "Binary index" (None when not installed)."""
+    return _project_urls().get("Binary index")
+
+
+def index_for_cuda(torch_cuda: str | None, site: str | None = None) -> str | None:
+    """Our index that serves a torch of this CUDA version: the Project-URL "CUDA <major> index" (one line per CUDA
+    major: torch 2.15.0's CUDA 13.2 is the cu130 line's); from older wheels without it, the site's cu<major><minor>
+    (`site` where fastmace-oeq-ext names none)."""
     parts = (torch_cuda or "").split(".")
-    return f"cu{parts[0]}{parts[1]}" if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]) else None
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        return None
+    urls = _project_urls()
+    site = urls.get("Binary index") or site
+    return urls.get(f"CUDA {parts[0]} index") or (f"{site}cu{parts[0]}{parts[1]}/simple/" if site else None)
 
 
 def _line_mismatch(env: dict) -> str | None:
@@ -168,10 +179,9 @@ def _line_mismatch(env: dict) -> str | None:
     why = record.serves(env.get("torch_version"), env.get("torch_cuda"))
     if why is None:
         return None
-    line = cuda_line(env.get("torch_cuda"))
-    site = binary_index_url() or "<the binary index>/"
+    index = index_for_cuda(env.get("torch_cuda"), "<the binary index>/")
     fix = (f"; install the build for torch's CUDA: pip install --force-reinstall --no-deps "
-           f"openequivariance=={record.version.split('+')[0]} --extra-index-url {site}{line}/simple/") if line else ""
+           f"openequivariance=={record.version.split('+')[0]} --extra-index-url {index}") if index else ""
     return f"openequivariance {record.version} is {why}{fix}"
 
 
@@ -308,9 +318,8 @@ def consumer_verdict(env: dict, environ=None, manifest_path: Path | None = None)
 
 def _consumer_fix(m: Manifest, env: dict) -> str:
     """The command after which FastMACE accepts this prebuilt (or the matching build of it)."""
-    line = cuda_line(env.get("torch_cuda"))
-    site = binary_index_url()
-    index = f" --extra-index-url {site}{line}/simple/" if site and line else ""
+    url = index_for_cuda(env.get("torch_cuda"))
+    index = f" --extra-index-url {url}" if url else ""
     installed_torch, oeq = env.get("torch_distribution") or "", env.get("oeq_version") or ""
     if installed_torch != m.torch:
         # The same release without the local label is PyPI's copy of the same binary: only the label differs.
