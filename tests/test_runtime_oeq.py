@@ -141,10 +141,15 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     assert stock["built"] is False, stock
     assert "cuda_runtime_api.h" in stock["ext_error"] or "cusparse.h" in stock["ext_error"], stock["ext_error"][-2000:]
     env = {**base, "OEQ_CUDA_DRIVER_DIR": str(libcuda_stub), "TORCH_EXTENSIONS_DIR": str(tmp_path / "wheels")}
-    # As after `pip install torch` (the venv is this test's own: no crt or cccl headers), torch's requirements do
-    # not bring nvidia-cuda-crt: the fallback says what to install, the versions pinned for the matrix's torch ...
+    # As after `pip install torch` (the venv is this test's own), torch's requirements do not bring nvidia-cuda-crt
+    # (nor, before torch 2.15, nvidia-cuda-cccl): the fallback says what to install, the versions pinned for the
+    # matrix's torch ...
     from oeq_wheels import fetch, files, pins as P
-    pins = [n for n in P.load().matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
+    from fastmace_oeq_ext import cudaflags
+    missing = {dist for _f, dist in cudaflags.missing_cu13_parts(next((oeq_venv / "lib").glob("python3.*/site-packages")))}
+    assert "nvidia-cuda-crt" in missing, missing
+    pins = [n for n in P.load().matrix.nvidia if n.name in missing]
+    assert sorted(n.name for n in pins) == sorted(missing), missing  # each one pinned for the matrix's torch
     res = probe(oeq_venv, {**env, "PROBE_NO_IMPORT": "1"}, tmp_path, sbin)
     assert res["status"]["state"] == "skipped"
     assert f"pip install {' '.join(sorted(f'{p.name}=={p.version}' for p in pins))}" in res["status"]["reason"]
