@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repo
 sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
 from oeq_wheels import build, pins as pins_mod, stub  # noqa: E402
+from builds import cli, finish, hidden, private_cache, processes_of, wait_for  # noqa: E402
 from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
@@ -48,27 +51,41 @@ def cache() -> Path:
 
 
 @pytest.fixture(scope="session")
-def fresh_object_cache(tmp_path_factory, cache) -> Path:
-    """A cache sharing downloads and unpacked inputs but with no compiled objects,
-    so that a build in it really runs the compiler."""
-    root = tmp_path_factory.mktemp("cache")
-    for sub in ("downloads", "extract"):
-        (cache / sub).mkdir(parents=True, exist_ok=True)
-        (root / sub).symlink_to(cache / sub)
-    return root
-
-
-@pytest.fixture(scope="session")
-def cp311_wheel(tmp_path_factory, fresh_object_cache) -> Path:
-    """A wheel built from scratch (real compile) for CPython 3.11 (the same run builds every OEq line's cp311 wheel:
-    cu130 for x86_64 and, cross-compiled, aarch64; cu128)."""
+def cp311_wheel(tmp_path_factory, cache) -> Path:
+    """The wheel for CPython 3.11 (the same run builds every OEq line's cp311 wheel: cu130 for x86_64 and,
+    cross-compiled, aarch64; cu128), with the pipeline's own cache: the objects `make wheels` left, else compiled
+    there. The suite's real compile in an empty object cache is test_interrupts.py's resumed_build, held
+    byte-identical to this one."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
-    rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
+    rows, failures = build.run(out, ["3.11"], cache=cache)
     assert not failures, failures
     pins = pins_mod.load()
     assert len(rows) == len(pins.ext_variants) + len(pins.oeq_lines)
     (whl,) = out.glob("*.whl")
     return whl
+
+
+@pytest.fixture(scope="session")
+def resumed_build(tmp_path_factory, cache):
+    """The suite's one independent second build: the cp311 set (every line and architecture) in an object cache of
+    its own, stopped with SIGTERM while the compilers run, then run again to the end. Records what the interrupt
+    left (for the interrupt test); returns the finished OUTDIR (for the reproducibility test), those facts and its
+    cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them)."""
+    root = tmp_path_factory.mktemp("resumed")
+    c = private_cache(root / "cache", cache)
+    out, tmp = root / "dist", root / "tmp"
+    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
+    seen = wait_for(p, r"\[cp311\] compile +started")
+    time.sleep(2)
+    running = processes_of(tmp, but=p.pid)
+    p.send_signal(signal.SIGTERM)
+    rc, err = finish(p, seen)
+    facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp),
+                 hidden=hidden(out, extra_dir(out), c / "objects"), tmp=list(tmp.iterdir()))
+    # The next run uses what the interrupted one left.
+    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp)
+    facts["resumed"] = finish(p, [])
+    return out, facts, c
 
 
 def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64") -> Path:

@@ -161,12 +161,12 @@ def emulation():
 
 
 @pytest.fixture(scope="module")
-def cp313_set(cp311_wheel, tmp_path_factory, fresh_object_cache):
+def cp313_set(cp311_wheel, tmp_path_factory, cache):
     """The cp313 wheels beside the cp311 ones (Debian 13's arm64 CPython is 3.13)."""
     out = tmp_path_factory.mktemp("cp313") / "dist"
     shutil.copytree(cp311_wheel.parent, out)
     shutil.copytree(cp311_wheel.parent.with_name("dist-extra"), out.with_name("dist-extra"))
-    rows, failures = build.run(out, ["3.13"], cache=fresh_object_cache, arches=["aarch64"])
+    rows, failures = build.run(out, ["3.13"], cache=cache, arches=["aarch64"])
     assert not failures, failures
     return out
 

@@ -1,12 +1,14 @@
 """A real build (compile, link, wheel) and the bad-input cases of the build command."""
 import hashlib
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from builds import private_cache
 from conftest import REPO, run_cli
 from fastmace_oeq_ext.manifest import Manifest
 from oeq_wheels.ext import assemble
@@ -143,22 +145,26 @@ def test_outdir_created_or_refused(tmp_path):
         build.prepare_outdir(Path("/proc"))  # root ignores file modes; /proc refuses everyone
 
 
-def test_existing_different_wheel_refused_unless_force(tmp_path, cp311_wheel, fresh_object_cache):
+def test_existing_different_wheel_refused_unless_force(tmp_path, cp311_wheel, cache):
     out = tmp_path / "out"
     out.mkdir()
     squatter = out / cp311_wheel.name
     squatter.write_bytes(b"not the same wheel")
-    rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
+    rows, failures = build.run(out, ["3.11"], cache=cache)
     assert "already exists with different content" in failures["fastmace-oeq-ext cp311"]
     assert squatter.read_bytes() == b"not the same wheel"
-    rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache, force=True)
+    rows, failures = build.run(out, ["3.11"], cache=cache, force=True)
     assert not failures and squatter.read_bytes() == cp311_wheel.read_bytes()
     # The identical wheel again is fine without --force.
-    rows, failures = build.run(out, ["3.11"], cache=fresh_object_cache)
+    rows, failures = build.run(out, ["3.11"], cache=cache)
     assert not failures
 
 
-def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, fresh_object_cache):
+def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, resumed_build, cache):
+    # An object cache with cp311's objects only (a hard-link copy of the second build's): the wrapper says it is g++,
+    # so cached cp312 objects would hide its failure.
+    fresh_object_cache = private_cache(tmp_path / "cache", cache)
+    shutil.copytree(resumed_build[2] / "objects", fresh_object_cache / "objects", copy_function=os.link)
     wrapper = tmp_path / "gxx"
     wrapper.write_text('#!/bin/sh\ncase "$*" in *python3.12*) echo "injected failure" >&2; exit 1;; esac\nexec g++ "$@"\n')
     wrapper.chmod(0o755)

@@ -1,6 +1,7 @@
 """The container runner against real engines: Debian's dockerd (the test command's own, on a private
 socket) and podman, with the pinned image where it can be pulled, else the local test image
 (tests/engine.py), whose compiler is the host's, so that its wheels equal the host runner's."""
+import hashlib
 import json
 import os
 import re
@@ -52,8 +53,11 @@ class Engine:
             self.image, self.identical = runner.pinned_image(), False
         else:
             self.image, self.identical = test_image.ensure(self.client, cache), True
-        tag = f"{os.getpid()}-{kind}"
-        self.work, self.out = f"oeqt-work-{tag}", f"oeqt-out-{tag}"
+        # The work volume (downloads, unpacked inputs, objects) is kept between sessions, one per engine and cache
+        # (the engines' stores live in the cache too): a second `make test` downloads and compiles nothing in it.
+        # The build is safe to share it with (temporary names, atomic renames, checked caches).
+        key = hashlib.sha256(str(Path(cache).resolve()).encode()).hexdigest()[:12]
+        self.work, self.out = f"oeqt-work-{kind}-{key}", f"oeqt-out-{os.getpid()}-{kind}"
 
     def env(self, **more):
         e = dict(os.environ, DOCKER=self.client, OEQ_WHEELS_IMAGE=self.image, OEQ_WHEELS_WORK_VOLUME=self.work,
@@ -67,7 +71,7 @@ class Engine:
         return [n for n in r.stdout.split() if n.startswith("oeq-wheels-")]
 
     def cleanup(self):
-        subprocess.run([self.client, "volume", "rm", "-f", self.work, self.out], capture_output=True)
+        subprocess.run([self.client, "volume", "rm", "-f", self.out], capture_output=True)
 
 
 @pytest.fixture(scope="module", params=ENGINES)

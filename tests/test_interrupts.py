@@ -4,69 +4,19 @@ Each interrupted run must stop every tool it started, leave no wheel that it doe
 name, no temporary file or tree, no partial download, and a cache the next run uses.
 """
 import http.server
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, RUNTIME
+from builds import cli, finish, hidden, wait_for
 from oeq_wheels import fetch, pins as P
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
-
-
-def cli(args, cache: Path, tmpdir: Path, **env) -> subprocess.Popen:
-    tmpdir.mkdir(exist_ok=True)
-    e = dict(os.environ, PYTHONPATH=f"{REPO}:{RUNTIME}", OEQ_WHEELS_CACHE=str(cache), TMPDIR=str(tmpdir), **env)
-    return subprocess.Popen([sys.executable, "-m", "oeq_wheels", *map(str, args)], env=e, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(p: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:
-    seen, t0 = [], time.monotonic()
-    for line in p.stderr:
-        seen.append(line)
-        if re.search(pattern, line):
-            return seen
-        assert time.monotonic() - t0 < timeout, "".join(seen)
-    pytest.fail(f"the run ended before {pattern!r}:\n{''.join(seen)}")
-
-
-def finish(p: subprocess.Popen, seen: list[str]) -> tuple[int, str]:
-    out, err = p.communicate(timeout=300)
-    return p.returncode, "".join(seen) + err
-
-
-def hidden(*dirs: Path) -> list[str]:
-    return [str(f) for d in dirs if d.exists() for f in d.rglob(".*")]
-
-
-def processes_of(tmpdir: Path, but: int | None = None) -> list[str]:
-    """Every process started under the run's own TMPDIR (the CLI, compilers and their children), by command."""
-    mark = f"TMPDIR={tmpdir}".encode()  # the run makes its own TMPDIR inside this one
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if int(proc.name) != but and mark in (proc / "environ").read_bytes():
-                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
-
-
-def private_cache(root: Path, cache: Path) -> Path:
-    """Shares the downloads and unpacked inputs, not the objects: a build in it really compiles."""
-    root.mkdir()
-    for sub in ("downloads", "extract"):
-        (root / sub).symlink_to(cache / sub)
-    return root
 
 
 def interrupted_truthfully(rc: int, err: str, out: Path, signame: str) -> None:
@@ -79,26 +29,33 @@ def interrupted_truthfully(rc: int, err: str, out: Path, signame: str) -> None:
         assert "no wheel was written by this run" in err
 
 
-def test_sigterm_during_compile_stops_the_compilers_and_the_next_run_recovers(
-        tmp_path, cache, cp311_wheel, cp311_oeq_wheel):
-    c = private_cache(tmp_path / "cache", cache)
-    out, tmp = tmp_path / "dist", tmp_path / "tmp"
-    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
-    seen = wait_for(p, r"\[cp311\] compile +started")
-    time.sleep(2)
-    running = processes_of(tmp, but=p.pid)
-    assert any("cc1plus" in c for c in running), running  # the compilers are at work
-    p.send_signal(signal.SIGTERM)
-    rc, err = finish(p, seen)
-    interrupted_truthfully(rc, err, out, "SIGTERM")
-    assert processes_of(tmp) == []  # no compiler (nor its cc1plus, as) outlives the run
-    assert not hidden(out, extra_dir(out), c / "objects") and not list(tmp.iterdir())
-    # The next run uses what the interrupted one left, and makes the same bytes as an uninterrupted build.
-    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp)
-    rc, err = finish(p, [])
+def test_sigterm_during_compile_stops_the_compilers_and_the_next_run_recovers(resumed_build, cp311_wheel,
+                                                                             cp311_oeq_wheel):
+    out, f, _ = resumed_build
+    assert any("cc1plus" in c for c in f["running"]), f["running"]  # the compilers were at work
+    interrupted_truthfully(f["rc"], f["err"], out, "SIGTERM")
+    assert f["left"] == []  # no compiler (nor its cc1plus, as) outlived the run
+    assert not f["hidden"] and not f["tmp"]
+    # The next run finished from what the interrupted one left, with the same bytes as an uninterrupted build.
+    rc, err = f["resumed"]
     assert rc == 0, err[-3000:]
     assert (out / cp311_wheel.name).read_bytes() == cp311_wheel.read_bytes()
     assert (extra_dir(out) / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
+
+
+def test_reproducible_two_builds_same_bytes(resumed_build, cp311_wheel, cp311_oeq_wheel, cp311_oeq_aarch64_wheel,
+                                            cp311_oeq_cu12_wheel):
+    """A second, independent build (other output directory, other object cache, later; resumed_build) is
+    byte-identical: every line's wheel, the cross-compiled aarch64 one too, and its report names them."""
+    again, f, _ = resumed_build
+    assert f["resumed"][0] == 0, f["resumed"][1][-3000:]
+    for first in (cp311_wheel, *extra_dir(cp311_wheel.parent).glob("*.whl")):
+        second = (again if first.parent == cp311_wheel.parent else extra_dir(again)) / first.name
+        assert second.read_bytes() == first.read_bytes(), first.name
+    assert {cp311_oeq_wheel.name, cp311_oeq_aarch64_wheel.name, cp311_oeq_cu12_wheel.name} <= \
+        {w.name for w in extra_dir(again).glob("*.whl")}
+    report = (extra_dir(again) / "REPORT.md").read_text()
+    assert cp311_wheel.name in report and cp311_oeq_wheel.name in report and P.load().oeq.sha256 in report
 
 
 def test_sigint_at_pack_leaves_only_what_it_names(tmp_path, cache, cp311_wheel):
