@@ -4,6 +4,7 @@ Shared by the tests and the benchmark so that both use the same venv and version
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -116,27 +117,50 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     consumer (FastMACE 1.0.0 and filelock), all by hash; made once, then reused. OEq and fastmace-oeq-ext
     are the tests' to install.
 
-    PyTorch's index cannot be reached here: a local one stands in, serving PyPI's wheel of the same binary
-    under the index's version (release.reversion), and PyPI for torch's dependencies.
+    PyTorch's index cannot be reached here, and it serves PyPI's binary under another version only: this venv is
+    a hard-link copy of pypi_torch_venv's (the same wheels; no second 5 GB install) whose torch .dist-info says
+    the index's version (installed_reversion), as an install from that index leaves it.
     """
-    from .release import hosts, reversion
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]  # a changed lock makes a new venv
     venv = cache / "venvs" / f"fastmace-torch-{pins.matrix.consumer_torch}-{interp.cp_tag}-{lock_key}"
     if _ready(venv):
         return venv
     shutil.rmtree(venv, ignore_errors=True)
-    files = fetch.ensure(list(pins.consumer.wheels), cache)
-    standin = reversion.pytorch_standin(pins, cache, interp.cp_tag)
-    proc.run([interp.executable, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    env = pip_env()
-    pip = [py, "-m", "pip", "install", "-q"]
-    with hosts.pypi_standin(standin, venv.parent / f"{venv.name}-index.log") as index:
-        proc.run(pip + [f"torch=={pins.matrix.consumer_torch}", "--index-url", index], check=True, env=env)
-    proc.run(pip + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
-    proc.run(pip + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    base = pypi_torch_venv(pins, cache, pins.matrix.torch_version, version)
+    overlay(base, venv)
+    installed_reversion(site_packages(venv), "torch", pins.matrix.consumer_torch)
     return _done(venv)
+
+
+def installed_reversion(site: Path, project: str, new_version: str) -> None:
+    """Give an installed distribution another version, as installing the same files under that version does: its
+    .dist-info renamed, METADATA's Version and RECORD rewritten. Files are written anew, never through a hard link."""
+    import base64
+    import csv
+    import hashlib
+    import io
+    (old,) = site.glob(f"{project}-*.dist-info")
+    new = site / f"{project}-{new_version}.dist-info"
+    new.mkdir()
+    for f in old.rglob("*"):
+        if f.is_file() and f.name not in ("METADATA", "RECORD"):
+            (new / f.relative_to(old)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(f, new / f.relative_to(old))
+    meta = re.sub(r"^Version: .*$", f"Version: {new_version}", (old / "METADATA").read_text(), count=1, flags=re.M)
+    (new / "METADATA").write_text(meta)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(meta.encode()).digest()).rstrip(b"=").decode()
+    rows = []
+    for row in csv.reader(io.StringIO((old / "RECORD").read_text())):
+        if row and row[0].startswith(old.name + "/"):
+            row[0] = new.name + row[0][len(old.name):]
+            if row[0] == f"{new.name}/METADATA":
+                row[1:] = [f"sha256={digest}", str(len(meta.encode()))]
+        rows.append(row)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    (new / "RECORD").write_text(out.getvalue())
+    shutil.rmtree(old)
 
 
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",

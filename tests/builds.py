@@ -59,3 +59,9 @@ def private_cache(root: Path, cache: Path) -> Path:
         (cache / sub).mkdir(parents=True, exist_ok=True)
         (root / sub).symlink_to(cache / sub)
     return root
+
+
+def wheels_in(out: Path) -> set[str]:
+    """The wheels in OUTDIR and OUTDIR-extra, by name."""
+    from oeq_wheels.output import extra_dir
+    return {p.name for d in (out, extra_dir(out)) if d.exists() for p in d.glob("*.whl")}

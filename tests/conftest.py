@@ -15,7 +15,7 @@ RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repo
 sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
 from oeq_wheels import build, pins as pins_mod, stub  # noqa: E402
-from builds import cli, finish, hidden, private_cache, processes_of, wait_for  # noqa: E402
+from builds import cli, finish, hidden, private_cache, processes_of, wait_for, wheels_in  # noqa: E402
 from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
@@ -80,7 +80,7 @@ def resumed_build(tmp_path_factory, cache):
     running = processes_of(tmp, but=p.pid)
     p.send_signal(signal.SIGTERM)
     rc, err = finish(p, seen)
-    facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp),
+    facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp), wheels=wheels_in(out),
                  hidden=hidden(out, extra_dir(out), c / "objects"), tmp=list(tmp.iterdir()))
     # The next run uses what the interrupted one left.
     p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp)

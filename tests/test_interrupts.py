@@ -12,18 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from builds import cli, finish, hidden, wait_for
+from builds import cli, finish, hidden, wait_for, wheels_in
 from oeq_wheels import fetch, pins as P
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.slow
 
 
-def interrupted_truthfully(rc: int, err: str, out: Path, signame: str) -> None:
+def interrupted_truthfully(rc: int, err: str, out: Path, signame: str, left: set[str] | None = None) -> None:
+    """The run said it was interrupted and named exactly the wheels it left (`left`: as seen right after it, where
+    out has changed since)."""
     assert rc == 130, err[-3000:]
     assert f"interrupted ({signame})" in err and "Traceback" not in err, err[-3000:]
     named = set(re.findall(r"[\w.+-]+\.whl", err.split("interrupted (")[-1]))
-    left = {p.name for d in (out, extra_dir(out)) if d.exists() for p in d.glob("*.whl")}
+    left = wheels_in(out) if left is None else left
     assert left == named, (left, err[-2000:])  # what the CLI says stays is exactly what stays
     if not named:
         assert "no wheel was written by this run" in err
@@ -33,7 +35,7 @@ def test_sigterm_during_compile_stops_the_compilers_and_the_next_run_recovers(re
                                                                              cp311_oeq_wheel):
     out, f, _ = resumed_build
     assert any("cc1plus" in c for c in f["running"]), f["running"]  # the compilers were at work
-    interrupted_truthfully(f["rc"], f["err"], out, "SIGTERM")
+    interrupted_truthfully(f["rc"], f["err"], out, "SIGTERM", f["wheels"])
     assert f["left"] == []  # no compiler (nor its cc1plus, as) outlived the run
     assert not f["hidden"] and not f["tmp"]
     # The next run finished from what the interrupted one left, with the same bytes as an uninterrupted build.

@@ -31,3 +31,23 @@ def test_removing_and_reinstalling_in_an_overlay_leaves_the_cached_venv_as_it_wa
     assert ok.returncode == 0, ok.stderr[-2000:]
     mine = subprocess.run([str(venv / "bin" / "fastmace"), "--help"], capture_output=True, text=True)
     assert mine.returncode == 0 and str(venv) in (venv / "bin" / "fastmace").read_text()  # its scripts are its own
+
+
+def test_the_consumer_venv_is_pypis_torch_under_the_pytorch_index_version(fastmace_base, cache):
+    """fastmace_base is a hard-link copy of PyPI's torch venv (the same binary, not a second install) whose torch
+    says the version PyTorch's index gives it; pip sees a consistent install, and PyPI's venv still says its own."""
+    pins = P.load()
+    pypi = venvs.pypi_torch_venv(pins, cache, pins.matrix.torch_version)
+    code = "import importlib.metadata as m, torch; print(m.version('torch')); print(torch.__version__)"
+    mine = subprocess.run([str(fastmace_base / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    assert mine.stdout.split() == [pins.matrix.consumer_torch] * 2, mine.stderr[-2000:]
+    theirs = subprocess.run([str(pypi / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    assert theirs.stdout.split() == [pins.matrix.torch_version, pins.matrix.consumer_torch], theirs.stderr[-2000:]
+    lib = "torch/lib/libtorch_cuda.so"
+    assert (venvs.site_packages(fastmace_base) / lib).stat().st_ino == (venvs.site_packages(pypi) / lib).stat().st_ino
+    check = subprocess.run([str(fastmace_base / "bin" / "python"), "-m", "pip", "check"], capture_output=True,
+                           text=True, env=venvs.pip_env())
+    assert not [l for l in check.stdout.splitlines() if l.startswith("torch ") or "but you have torch" in l], check.stdout
+    show = subprocess.run([str(fastmace_base / "bin" / "python"), "-m", "pip", "show", "-f", "torch"],
+                          capture_output=True, text=True, env=venvs.pip_env())
+    assert f"Version: {pins.matrix.consumer_torch}" in show.stdout and "torch/lib/libtorch_cuda.so" in show.stdout
