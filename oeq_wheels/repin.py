@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import pins as pins_mod, registry
 from .errors import UsageError
+from .files import write_atomic
 from .registry import RegistryError
 
 
@@ -295,7 +296,7 @@ class Repinner:
         diff = "".join(difflib.unified_diff(self.text.splitlines(True), text.splitlines(True),
                                             str(self.path.name), str(self.path.name), n=0))
         if readme is not None and readme != old:
-            _write_atomic(self.readme, readme)
+            write_atomic(self.readme, readme)
             diff += "".join(difflib.unified_diff(old.splitlines(True), readme.splitlines(True),
                                                  self.readme.name, self.readme.name, n=0))
         return diff
@@ -315,14 +316,6 @@ def rewrite_derived(text: str, before: list[str], after: list[str]) -> str:
         body = line.rstrip("\n")
         out.append(swap.get(body, body) + line[len(body):])
     return "".join(out)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, path.stat().st_mode & 0o777)
-    os.replace(tmp, path)
 
 
 def _small_metadata(wheel: bytes) -> bytes:

@@ -54,8 +54,8 @@ def cache() -> Path:
 def cp311_wheel(tmp_path_factory, cache) -> Path:
     """The wheel for CPython 3.11 (the same run builds every OEq line's cp311 wheel: cu130 for x86_64 and,
     cross-compiled, aarch64; cu128), with the pipeline's own cache: the objects `make wheels` left, else compiled
-    there. The suite's real compile in an empty object cache is test_interrupts.py's resumed_build, held
-    byte-identical to this one."""
+    there. The suite's real compile in an empty object cache is resumed_build (below), held byte-identical
+    to this one by test_interrupts.py."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
     rows, failures = build.run(out, ["3.11"], cache=cache)
     assert not failures, failures
