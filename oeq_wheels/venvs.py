@@ -188,3 +188,21 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
     proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
                    *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
     return _done(venv)
+
+
+def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,
+                             dest: Path) -> tuple[list[str], Path]:
+    """pypi_torch_venv's contents for another architecture: a venv of the emulated CPython X.Y of `arch` at dest
+    (oeq_wheels.release.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
+    Not cached: it is the test's own. Returns (the command that runs its interpreter under qemu, its site-packages)."""
+    import sys
+    from .release import emulated
+    runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    env = _uv_env()
+    target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
+              f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
+    proc.run(target + [f"torch=={torch_version}"], check=True, env=env)
+    proc.run(target + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
+    proc.run(target + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    return runner, site

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repository root so that
 sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
-from oeq_wheels import build, pins as pins_mod, stub  # noqa: E402
+from oeq_wheels import build, debian, pins as pins_mod, stub  # noqa: E402
 from builds import cli, finish, hidden, private_cache, processes_of, wait_for, wheels_in  # noqa: E402
 from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
@@ -36,6 +37,17 @@ def unavailable(capability: str, reason: str):
     if capability in REQUIRE:
         pytest.fail(f"{capability} required (OEQ_WHEELS_TEST_REQUIRE) but not available: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def emulation():
+    """qemu-user and Debian's arm64 root file systems: brought up by the tests themselves where root (or a
+    password-free sudo) can install them; elsewhere these tests are skipped by name, or fail where required."""
+    arch = pins_mod.load().arches["aarch64"]
+    if debian.as_root() is None and not shutil.which(arch.qemu):
+        unavailable("emulation", f"{arch.qemu} is missing and installing qemu-user-static and debootstrap needs root "
+                                 "(the test command installs them as root)")
+    return arch
 
 
 def run_cli(*args, env=None, cwd=None):

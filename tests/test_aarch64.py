@@ -149,17 +149,6 @@ def test_the_emulated_cpython_is_one_of_the_pinned_ones_and_making_it_needs_root
     assert cmd == ["qemu-aarch64-static", "-cpu", "max,pauth=off", "-L", str(tmp_path), str(tmp_path / "usr/bin/python3.13")]
 
 
-@pytest.fixture
-def emulation():
-    """qemu-user and Debian's arm64 root file systems: brought up by the tests themselves where root (or a
-    password-free sudo) can install them; elsewhere these tests are skipped by name, or fail where required."""
-    arch = P.load().arches["aarch64"]
-    if debian.as_root() is None and not shutil.which(arch.qemu):
-        unavailable("emulation", f"{arch.qemu} is missing and installing qemu-user-static and debootstrap needs root "
-                                 "(the test command installs them as root)")
-    return arch
-
-
 @pytest.fixture(scope="module")
 def cp313_set(cp311_wheel, tmp_path_factory, cache):
     """The cp313 wheels beside the cp311 ones (Debian 13's arm64 CPython is 3.13)."""

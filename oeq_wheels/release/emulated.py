@@ -119,6 +119,21 @@ def command(arch: Arch, python: str, root: Path) -> list[str]:
     return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(root / "usr" / "bin" / f"python{python}")]
 
 
+def venv(arch: Arch, python: str, root: Path, dest: Path) -> tuple[list[str], Path]:
+    """A virtual environment of root's CPython X.Y at dest, made by hand (the venv module would run target code):
+    pyvenv.cfg naming root's interpreter and a link to it. Run through qemu, its sys.prefix is dest, so a program
+    that looks for files under sys.prefix (FastMACE's nvidia/cu13) finds what an installer put in its
+    site-packages. Returns (the command that runs its interpreter, its site-packages)."""
+    interpreter = root / "usr" / "bin" / f"python{python}"
+    (dest / "bin").mkdir(parents=True, exist_ok=True)
+    (dest / "pyvenv.cfg").write_text(f"home = {interpreter.parent}\ninclude-system-site-packages = false\n"
+                                     f"version = {python}\n")
+    (dest / "bin" / interpreter.name).symlink_to(interpreter)
+    site = dest / "lib" / f"python{python}" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(dest / "bin" / interpreter.name)], site
+
+
 def _describe_cpu(root: Path, cpus: int) -> None:
     """An aarch64 /proc/cpuinfo and MIDR_EL1 per CPU under root (what qemu-user finds before the host's)."""
     proc = root / "proc"
