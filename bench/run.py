@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, fetch, inputs, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
+from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
 
 from oeq_wheels.ext import compile as cc
 
@@ -46,28 +46,46 @@ def du(path: Path) -> int:
     return int(r.stdout.split()[0]) if r.returncode == 0 else 0
 
 
+def inputs_of(pins, cache: Path) -> dict:
+    """fetch.ensure's answer for every input of a full build: a downloaded file's path, or a fetch.Remote."""
+    return fetch.ensure(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs(), cache)
+
+
 def du_trees(pins, cache: Path) -> int:
-    """Bytes of the unpacked inputs this matrix uses; hard-linked libtorch blobs count once."""
-    trees = [inputs.torch_tree(cache / "downloads" / pins.matrix.torch_wheel(P.cp_tag(v)).file,
+    """Bytes of the unpacked inputs this matrix uses; hard-linked files (members stored once, libtorch blobs) count
+    once."""
+    files = inputs_of(pins, cache)
+    trees = [inputs.torch_tree(files[pins.matrix.torch_wheel(P.cp_tag(v)).file],
                                pins.matrix.torch_wheel(P.cp_tag(v)), cache, pins.torch_needed)
              for v in pins.matrix.pythons]
-    files = {i.file: cache / "downloads" / i.file for i in pins.oeq_binary_inputs()}
     for line in pins.oeq_lines:
         st = build.stable_trees(pins, line, files, cache)
         trees += [st.torch_root, st.cuda_root, st.nanobind]
-    trees.append(inputs.cuda_tree([(n, cache / "downloads" / n.file) for n in pins.matrix.nvidia], cache))
-    trees.append(inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache))
-    trees.append(inputs.pybind11_include(cache / "downloads" / pins.pybind11.file, pins.pybind11, cache))
+    trees.append(inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache))
+    trees.append(inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache))
+    trees.append(inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache))
     r = subprocess.run(["du", "-scb", *map(str, trees)], capture_output=True, text=True)
     return int(r.stdout.splitlines()[-1].split()[0])
+
+
+def download_bytes(pins, cache: Path) -> int:
+    """What a fresh build of the whole matrix downloads: the whole files it takes, and for each wheel read by member
+    its central directory, RECORD and the needed members, each member once (what cache/members/fetched.jsonl
+    records for a fresh cache)."""
+    total = 0
+    for item in dict.fromkeys(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs()):
+        if not members.by_members(item):
+            total += (cache / "downloads" / item.file).stat().st_size
+    ledger = cache / "members" / members.LEDGER
+    return total + (members.fresh_bytes(ledger) if ledger.exists() else 0)
 
 
 def isolated_cache(cache: Path, tmp: Path) -> Path:
     """A cache sharing downloads and unpacked inputs, with an empty object cache."""
     root = tmp / "cache"
     root.mkdir()
-    for sub in ("downloads", "extract"):
-        (cache / sub).mkdir(parents=True, exist_ok=True)  # a fresh cache has neither yet
+    for sub in ("downloads", "members", "extract"):
+        (cache / sub).mkdir(parents=True, exist_ok=True)  # a fresh cache has none yet
         (root / sub).symlink_to(cache / sub)
     return root
 
@@ -75,14 +93,15 @@ def isolated_cache(cache: Path, tmp: Path) -> Path:
 def floor_seconds(pins, cache: Path, tmp: Path) -> float:
     """The bare compiler on the same translation units, with the pipeline's own flags."""
     tool = cc.Toolchain.detect()
-    oeq = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache).resolve()
-    cuda_root = inputs.cuda_tree([(n, cache / "downloads" / n.file) for n in pins.matrix.nvidia], cache).resolve()
-    pyb = inputs.pybind11_include(cache / "downloads" / pins.pybind11.file, pins.pybind11, cache).resolve()
+    files = inputs_of(pins, cache)
+    oeq = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
+    cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
+    pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
     cmds = []
     for v in pins.matrix.pythons:
         interp = pythons.find(v)
         pin = pins.matrix.torch_wheel(interp.cp_tag)
-        troot = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache, pins.torch_needed).resolve()
+        troot = inputs.torch_tree(files[pin.file], pin, cache, pins.torch_needed).resolve()
         ctx, shared = build.compile_contexts(pins, interp, troot, oeq, cuda_root, pyb)
         cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"),
                      *ctx.flags()])
@@ -105,7 +124,7 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
 def stable_floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
     """OEq's stable extension, every line: per line the AOTI library, the stream stub and each Python's module
     sources; per Python once, nanobind's sources (they see no torch or CUDA header, so one object serves every line)."""
-    files = {i.file: cache / "downloads" / i.file for i in pins.oeq_binary_inputs()}
+    files = inputs_of(pins, cache)
     cmds, nanobind_done = [], set()
     for line in pins.oeq_lines:
         # Each architecture's compiler: this host's for its own, Debian's cross compiler for aarch64.
@@ -220,8 +239,7 @@ def main() -> int:
         oeq311 = next(extra_dir(out).glob(f"openequivariance-{pins.oeq_binary.version(pins.oeq.version)}-cp311*_"
                                           f"{cc.host_arch()}.whl"))  # the one this host loads
         cold = cold_start(venv, cp311, oeq311, cache, tmp, args.repeat)
-        dl_bytes = sum((cache / "downloads" / i.file).stat().st_size for i in dict.fromkeys(
-            pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs()))
+        dl_bytes = download_bytes(pins, cache)
         extract_bytes = du_trees(pins, cache)
         objects_bytes = du(c / "objects")
     med = statistics.median

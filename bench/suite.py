@@ -20,9 +20,24 @@ class PeakDisk(threading.Thread):
         super().__init__(daemon=True)
         self.where, self.start_used, self.peak, self.stop = where, shutil.disk_usage(where).used, 0, threading.Event()
 
+    def used(self) -> int:
+        return shutil.disk_usage(self.where).used - self.start_used
+
     def run(self):
         while not self.stop.wait(2):
             self.peak = max(self.peak, shutil.disk_usage(self.where).used - self.start_used)
+
+
+def downloaded(cache: Path) -> int:
+    """Bytes the build downloaded into an empty cache: whole files in downloads/, and what members/fetched.jsonl
+    says each range fetch took (standard library only, as the rest of this file)."""
+    import json
+    total = sum(p.stat().st_size for p in (cache / "downloads").glob("*") if p.is_file() and
+                not p.name.endswith(".verified"))
+    ledger = cache / "members" / "fetched.jsonl"
+    if ledger.exists():
+        total += sum(json.loads(line)["bytes"] for line in ledger.read_text().splitlines())
+    return total
 
 
 def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
@@ -46,6 +61,10 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
             log(f"suite: {label}: {took:.0f} s, exit {rc}")
             if rc != 0 or what == "test":  # a failure's cause, or the proof table and pytest's summary
                 log((root / f"make-{what}.log").read_text()[-4000:])
+            if what == "wheels":
+                rows.append(("make wheels: downloaded (whole files + members by range)",
+                             f"{downloaded(root / 'cache' / 'oeq-wheels') / 2**20:.0f} MiB"))
+                rows.append(("make wheels: disk after it (caches, clone)", f"{disk.used() / 2**30:.1f} GiB"))
             if rc != 0:
                 break
         disk.stop.set()

@@ -151,6 +151,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--post", type=int, metavar="N", help="fastmace-oeq-ext's rebuild number (X.Y.Z.postN)")
     g.add_argument("--next-post", action="store_true", help="the rebuild number after the pinned one")
     rp.add_argument("--check", action="store_true", help="every pin still on the registry with its sha256; writes nothing")
+    rp.add_argument("--records", action="store_true", help="pin the sha256 of RECORD for every torch and NVIDIA wheel "
+                    "that has none (one full download each, kept in the cache), so that builds fetch only the members "
+                    "they read; with --torch, after it")
     rp.add_argument("--index-url", default=None, help="the registry's simple index (default: PyPI's)")
     rp.add_argument("--pins", type=Path, default=None, help="the pins file (default: oeq_wheels/pins.toml)")
     rp.add_argument("--readme", type=Path, default=None, help="the README whose install lines derive from the pins "
@@ -354,6 +357,7 @@ def _dispatch(args) -> int:
 
 def _pins(args) -> int:
     from . import registry, repin
+    from .files import default_cache
     from .pins import PINS_FILE
     path = args.pins or PINS_FILE
     index = args.index_url or registry.PYPI
@@ -367,8 +371,8 @@ def _pins(args) -> int:
             return 1
         print(f"all {count} pinned files are on {index} with their pinned sha256")
         return 0
-    if not (args.torch or args.oeq or args.post is not None or args.next_post):
-        raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post or --check")
+    if not (args.torch or args.oeq or args.post is not None or args.next_post or args.records):
+        raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post, --records or --check")
     if (args.matrix or args.python) and not args.torch:
         raise UsageError("--matrix and --python choose what --torch re-pins; give --torch too")
     readme = args.readme or (PINS_FILE.parent.parent / "README.md" if path == PINS_FILE else None)
@@ -379,6 +383,9 @@ def _pins(args) -> int:
         r.oeq(args.oeq)
     if args.post is not None or args.next_post:
         r.post(args.post, args.next_post)
+    if args.records:
+        r.records(default_cache(), lambda s: print(f"pins: {s}", file=sys.stderr))
+        r.notes = [n for n in r.notes if "no RECORD pin yet" not in n]
     diff = r.write()
     print(diff or f"{path.name}: nothing changed", end="" if diff else "\n")
     for note in r.notes:

@@ -2,6 +2,7 @@
 by name and sha256); reuse them offline."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import proc
+from . import members, proc
 from .errors import OeqWheelsError
 from .files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
 from .pins import Pinned
@@ -188,18 +189,46 @@ def _download_one(item: Pinned, dest: Path, log, progress: _Progress) -> None:
     log(f"downloaded {item.file} ({took})")
 
 
-def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, stage=None) -> dict[str, Path]:
+class Remote:
+    """A pinned wheel read member by member (oeq_wheels.members): fetch.ensure's answer for it. Nothing is fetched
+    until an input tree needs members of it; a tree already unpacked needs no network."""
+
+    def __init__(self, pin: Pinned, cache: Path, log):
+        self.pin, self.cache, self.log = pin, cache, log
+
+    def unpack(self, wanted, root: Path) -> Path | None:
+        """Hard-link the members satisfying wanted(name) into root; or, where the index or file host cannot serve
+        members, download the whole wheel and return its path for the caller to unpack."""
+        try:
+            got = members.fetch(self.pin, wanted, self.cache, index_url(), self.log)
+        except members.Unsupported as exc:
+            self.log(f"{exc}; downloading the whole {self.pin.file} instead")
+            return ensure([dataclasses.replace(self.pin, record="")], self.cache, self.log)[self.pin.file]
+        for name, stored in got.items():
+            dest = root / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(stored, dest)
+        return None
+
+
+def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, stage=None) -> dict[str, Path | Remote]:
     """Make every pinned file present and verified in cache/downloads; return file -> path.
 
-    Files already verified are used as they are, so a second run needs no network.
+    Files already verified are used as they are, so a second run needs no network. A wheel whose RECORD is pinned
+    is not downloaded (unless a verified whole copy is here already): its answer is a Remote, whose members an input
+    tree fetches (oeq_wheels.members).
     stage: a progress.Stage whose heartbeat then names each download's size and rate.
     """
     dest = cache / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
     sweep_stale(dest)
-    out: dict[str, Path] = {}
+    out: dict[str, Path | Remote] = {}
     missing: list[Pinned] = []
     for item in dict.fromkeys(items):
+        path = dest / item.file
+        if members.by_members(item) and not _is_verified(path, item.sha256):  # a whole copy at hand is read locally
+            out[item.file] = Remote(item, cache, log)
+            continue
         path = dest / item.file
         out[item.file] = path
         if _is_verified(path, item.sha256):

@@ -193,19 +193,29 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
         shutil.copyfileobj(src, dst, 1 << 20)
 
 
+def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None) -> None:
+    """Every member of a wheel that satisfies wanted(name), into root: from a downloaded wheel (a path), or
+    fetched by member (a fetch.Remote; it falls back to the whole wheel where members cannot be had)."""
+    if not isinstance(wheel, (str, Path)):
+        wheel = wheel.unpack(wanted, root)
+        if wheel is None:
+            return
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if not info.is_dir() and wanted(info.filename):
+                _extract_member(zf, info, root, blobs)
+
+
 def torch_tree(wheel: Path, pin: Pinned, cache: Path, link_libs: frozenset[str]) -> Path:
     """torch/{include,lib/<link libs>,version.py,utils/cpp_extension.py} of one torch wheel."""
     blobs = cache / "extract" / "blobs"
 
+    def wanted(name: str) -> bool:
+        return (name.startswith("torch/include/") or name in TORCH_TEXT_FILES
+                or (name.startswith("torch/lib/") and Path(name).name in link_libs))
+
     def fill(tmp: Path) -> None:
-        with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                name = info.filename
-                if info.is_dir():
-                    continue
-                if (name.startswith("torch/include/") or name in TORCH_TEXT_FILES
-                        or (name.startswith("torch/lib/") and Path(name).name in link_libs)):
-                    _extract_member(zf, info, tmp, blobs)
+        _unpack_wheel(wheel, wanted, tmp, blobs)
 
     libs_key = hashlib.sha256(" ".join(sorted(link_libs)).encode()).hexdigest()[:8]
     return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}-{libs_key}", fill)
@@ -219,15 +229,16 @@ def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
     """
     key = hashlib.sha256("".join(p.sha256 for p, _ in wheels).encode()).hexdigest()[:16]
 
+    def wanted_of(pin: Pinned):
+        def wanted(name: str) -> bool:
+            parts = name.split("/")
+            return parts[0] == "nvidia" and len(parts) >= 4 and (
+                parts[2] == "include" or (parts[2] == "lib" and parts[-1] in pin.libs))
+        return wanted
+
     def fill(tmp: Path) -> None:
         for pin, wheel in wheels:
-            with zipfile.ZipFile(wheel) as zf:
-                for info in zf.infolist():
-                    parts = info.filename.split("/")
-                    if info.is_dir() or parts[0] != "nvidia" or len(parts) < 4:
-                        continue
-                    if parts[2] == "include" or (parts[2] == "lib" and parts[-1] in pin.libs):
-                        _extract_member(zf, info, tmp, None)
+            _unpack_wheel(wheel, wanted_of(pin), tmp, None)
 
     return _atomic_tree(cache / "extract" / f"cuda-{key}", fill)
 

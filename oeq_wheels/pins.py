@@ -30,6 +30,9 @@ class Pinned:
     file: str
     sha256: str
     libs: tuple[str, ...] = ()
+    # sha256 of the wheel's RECORD, taken from one full download when the pin was made (`oeq-wheels pins --records`):
+    # with it the build fetches only the members it reads (oeq_wheels.members); without it, the whole wheel.
+    record: str = ""
 
     @property
     def requirement(self) -> str:
@@ -319,7 +322,7 @@ def cp_tag(version: str) -> str:
 
 
 def _pinned(name: str, version: str, entry: dict) -> Pinned:
-    return Pinned(name, version, entry["file"], entry["sha256"], tuple(entry.get("libs", ())))
+    return Pinned(name, version, entry["file"], entry["sha256"], tuple(entry.get("libs", ())), entry.get("record", ""))
 
 
 def _for_arch(entry: dict, arch: str, where: str) -> dict:
@@ -327,7 +330,8 @@ def _for_arch(entry: dict, arch: str, where: str) -> dict:
     if arch == "x86_64":
         return entry
     try:
-        return {**entry, **entry["arch"][arch]}
+        # file, sha256 and record are the architecture's own (x86_64's record must not pass to another file)
+        return {**{k: v for k, v in entry.items() if k != "record"}, **entry["arch"][arch]}
     except KeyError:
         raise PinsError(f"{where} pins no {arch} file; add its file and sha256 under {where[:-1]}.arch.{arch}]") \
             from None
@@ -444,7 +448,8 @@ def _torch_wheels(data: dict, name: str, arch: str = "x86_64") -> dict[str, Pinn
     wheels = m["torch_wheels"] if arch == "x86_64" else m.get("arch", {}).get(arch, {}).get("torch_wheels")
     if wheels is None:
         raise PinsError(f"[matrix.{name!r}] pins no {arch} torch wheel; add [matrix.\"{name}\".arch.{arch}.torch_wheels]")
-    return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"]) for tag, w in wheels.items()}
+    return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"], (), w.get("record", ""))
+            for tag, w in wheels.items()}
 
 
 def _matrix(data: dict, name: str) -> Matrix:

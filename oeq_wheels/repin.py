@@ -9,10 +9,12 @@ from the registry's JSON API. Nothing is written unless the whole re-pinned file
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 import tomlkit
@@ -22,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import pins as pins_mod, registry
+from . import fetch, pins as pins_mod, registry
 from .errors import UsageError
 from .files import write_atomic
 from .registry import RegistryError
@@ -176,6 +178,8 @@ class Repinner:
                 entry.update({"file": f.filename, "sha256": f.sha256})
                 table[cp] = entry
         self._nvidia_entries(name, list(m["nvidia"]), nvidia)
+        self.notes.append("the new torch and NVIDIA wheels have no RECORD pin yet: builds download them whole until "
+                          "`oeq-wheels pins --records` (one full download each) pins them")
         new_name = f"torch-{version}"
         if name == f"torch-{old}" and new_name != name:
             if new_name in self.data["matrix"]:
@@ -231,8 +235,10 @@ class Repinner:
             if before not in users:
                 t = table[before]
                 t["file"], t["sha256"] = picked["x86_64"].filename, picked["x86_64"].sha256
+                t.pop("record", None)  # the old file's; `--records` takes the new one's
                 for a in arches[1:]:
                     t["arch"][a]["file"], t["arch"][a]["sha256"] = picked[a].filename, picked[a].sha256
+                    t["arch"][a].pop("record", None)
                 self.renames.append((f'"{before}"', f'"{after}"'))
             else:
                 t = tomlkit.table()
@@ -240,6 +246,27 @@ class Repinner:
                 if entry.get("libs"):
                     t["libs"] = list(entry["libs"])
                 table[after] = t
+
+    # ------------------------------------------------------------------ RECORD pins
+    def records(self, cache: Path, log=lambda s: None) -> int:
+        """The sha256 of RECORD for every pinned torch and NVIDIA wheel that has none (new pins), each from one full
+        download checked against its pinned sha256 (kept in the cache: the next build reads it). With it, builds
+        fetch only the members they read (oeq_wheels.members). Returns how many were added."""
+        wanted = []  # (the tomlkit entry to write, what to download)
+        for m in self.doc["matrix"].values():
+            tables = [m["torch_wheels"], *(a["torch_wheels"] for a in m.get("arch", {}).values())]
+            wanted += [(w, pins_mod.Pinned("torch", str(m["torch_version"]), str(w["file"]), str(w["sha256"])))
+                       for t in tables for w in t.values()]
+        for ref, e in self.doc["nvidia"].items():
+            project, _, version = ref.partition("==")
+            wanted += [(x, pins_mod.Pinned(project, version, str(x["file"]), str(x["sha256"])))
+                       for x in (e, *e.get("arch", {}).values())]
+        todo = [(entry, pin) for entry, pin in wanted if "record" not in entry]
+        if todo:
+            files = fetch.ensure([pin for _, pin in todo], cache, log)
+            for entry, pin in todo:
+                entry["record"] = record_sha256(files[pin.file])
+        return len(todo)
 
     # ------------------------------------------------------------------ OEq and the rebuild number
     def oeq(self, version_text: str) -> None:
@@ -300,6 +327,15 @@ class Repinner:
             diff += "".join(difflib.unified_diff(old.splitlines(True), readme.splitlines(True),
                                                  self.readme.name, self.readme.name, n=0))
         return diff
+
+
+def record_sha256(wheel: Path) -> str:
+    """The sha256 of a wheel's .dist-info/RECORD."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
+        if len(names) != 1:
+            raise RepinError(f"{wheel.name}: expected one .dist-info/RECORD, found {len(names)}")
+        return hashlib.sha256(zf.read(names[0])).hexdigest()
 
 
 def derived_lines(pins: pins_mod.Pins) -> list[str]:

@@ -52,10 +52,11 @@ def processes_of(tmpdir: Path, but: int | None = None) -> list[str]:
     return found
 
 
-def private_cache(root: Path, cache: Path) -> Path:
-    """Shares the downloads and unpacked inputs, not the objects: a build in it really compiles."""
+def private_cache(root: Path, cache: Path, share: tuple[str, ...] = ("downloads", "members", "extract")) -> Path:
+    """Shares the downloads and unpacked inputs (or only `share` of them), not the objects: a build in it really
+    compiles."""
     root.mkdir()
-    for sub in ("downloads", "extract"):
+    for sub in share:
         (cache / sub).mkdir(parents=True, exist_ok=True)
         (root / sub).symlink_to(cache / sub)
     return root

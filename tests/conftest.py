@@ -82,11 +82,14 @@ def resumed_build(tmp_path_factory, cache):
     """The suite's one independent second build: the cp311 set (every line and architecture) in an object cache of
     its own, stopped with SIGTERM while the compilers run, then run again to the end. Records what the interrupt
     left (for the interrupt test); returns the finished OUTDIR (for the reproducibility test), those facts and its
-    cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them)."""
+    cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them).
+    It reads its inputs as whole files (OEQ_WHEELS_FETCH=whole: the downloads shared, unpacked in its own cache) while
+    the session's build fetched members (oeq_wheels.members), so that equal bytes also prove the two fetches equal."""
     root = tmp_path_factory.mktemp("resumed")
-    c = private_cache(root / "cache", cache)
+    c = private_cache(root / "cache", cache, share=("downloads",))
     out, tmp = root / "dist", root / "tmp"
-    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
+    whole = dict(OEQ_WHEELS_FETCH="whole")
+    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp, **whole)
     seen = wait_for(p, r"\[cp311\] compile +started")
     time.sleep(2)
     running = processes_of(tmp, but=p.pid)
@@ -95,7 +98,7 @@ def resumed_build(tmp_path_factory, cache):
     facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp), wheels=wheels_in(out),
                  hidden=hidden(out, extra_dir(out), c / "objects"), tmp=list(tmp.iterdir()))
     # The next run uses what the interrupted one left.
-    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp)
+    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp, **whole)
     facts["resumed"] = finish(p, [])
     return out, facts, c
 

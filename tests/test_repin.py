@@ -87,6 +87,9 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
     assert len(torch_sent) == 1 and sum(torch_sent.values()) < len(PAD) / 4, torch_sent
     assert f"-pythons" not in r.stdout and f'+[matrix."torch-{TORCH}"]' in r.stdout  # the diff is printed
     assert "--next-post" in r.stdout  # the released fastmace-oeq-ext name must not be rebuilt
+    # A new file's RECORD is not known until one full download (`pins --records`): until then builds take it whole.
+    assert not any(w.record for w in new.matrix.torch_wheels.values()) and not any(n.record for n in new.matrix.nvidia)
+    assert all(w.record for l in new.oeq_lines for w in (l.torch, *l.nvidia))  # the lines' own pins keep theirs
 
 
 def test_readmes_derived_install_lines_follow_the_pins_and_nothing_else_of_it_changes(pins_copy):
@@ -224,3 +227,19 @@ def test_todays_pins_are_all_on_pypi_and_the_newest_torch_repins_from_it(pins_co
     assert new.matrix.torch_version == newest and new.matrix.torch_local.startswith("cu")
     assert new.matrix.consumer_torch == f"{newest}+{new.matrix.torch_local}"
     assert all(n.version for n in new.matrix.nvidia)
+
+
+def test_records_pins_the_sha256_of_each_new_wheels_record_from_one_full_download(pins_copy):
+    """`pins --records` on a copy whose (small) crt wheel lost its RECORD pin: downloaded whole from PyPI through
+    pip's hash checking, its RECORD's sha256 is the one pinned today; nothing else changes."""
+    data = tomllib.loads(pins_copy.read_text())
+    ref = next(r for r in data["nvidia"] if r.startswith("nvidia-cuda-crt=="))
+    pinned = data["nvidia"][ref]["record"]
+    text = pins_copy.read_text()
+    start = text.index(f'[nvidia."{ref}"]')
+    at = text.index(f'record = "{pinned}"\n', start)
+    pins_copy.write_text(text[:at] + text[at + len(f'record = "{pinned}"\n'):])
+    assert P.load(path=pins_copy) != P.load()
+    r = run_cli("pins", "--pins", str(pins_copy), "--records")
+    assert r.returncode == 0, r.stderr
+    assert pins_copy.read_text() == P.PINS_FILE.read_text()
