@@ -162,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("pythons", parents=[common], help="list the interpreters the build would use")
     sub.add_parser("release-plan", parents=[common], help="what release.yml takes from the pins, as NAME=VALUE lines "
                                                           "for $GITHUB_OUTPUT")
-    f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs into the cache")
+    f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs whole into the cache (e.g. to build offline later)")
     f.add_argument("--python", type=_pythons_arg)
     f.add_argument("--matrix")
     return ap
@@ -349,7 +349,7 @@ def _dispatch(args) -> int:
         pins = load(args.matrix)
         vers = select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
         items = pins.all_inputs([cp_tag(v) for v in vers]) + pins.oeq_binary_inputs()
-        for path in ensure(items, default_cache(), print).values():
+        for path in ensure(items, default_cache(), print, whole=True).values():  # whole files, e.g. for a mirror
             print(f"{path}")
         return 0
     raise AssertionError(args.cmd)

@@ -211,13 +211,15 @@ class Remote:
         return None
 
 
-def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, stage=None) -> dict[str, Path | Remote]:
+def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, stage=None,
+           whole: bool = False) -> dict[str, Path | Remote]:
     """Make every pinned file present and verified in cache/downloads; return file -> path.
 
     Files already verified are used as they are, so a second run needs no network. A wheel whose RECORD is pinned
     is not downloaded (unless a verified whole copy is here already): its answer is a Remote, whose members an input
     tree fetches (oeq_wheels.members).
     stage: a progress.Stage whose heartbeat then names each download's size and rate.
+    whole: every file downloaded whole (for a step that needs the file itself, e.g. to install or re-version it).
     """
     dest = cache / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
@@ -226,7 +228,7 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, 
     missing: list[Pinned] = []
     for item in dict.fromkeys(items):
         path = dest / item.file
-        if members.by_members(item) and not _is_verified(path, item.sha256):  # a whole copy at hand is read locally
+        if not whole and members.by_members(item) and not _is_verified(path, item.sha256):  # a whole copy at hand is read locally
             out[item.file] = Remote(item, cache, log)
             continue
         path = dest / item.file

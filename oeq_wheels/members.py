@@ -84,12 +84,22 @@ def store_path(cache: Path, sha256: str) -> Path:
 
 
 def _stored(cache: Path, sha256: str, size: int) -> Path | None:
-    """The stored member of this sha256, if present with its size (written only after its sha256 matched)."""
+    """The stored member of this sha256, if present and still of that sha256. It is read again each time a tree is
+    made from it (rarely: a tree is made once per input and kept), so a damaged member is fetched afresh, never
+    linked into a tree."""
     path = store_path(cache, sha256)
     try:
-        return path if path.stat().st_size == size else None
+        if path.stat().st_size == size:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK * 4), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() == sha256:
+                return path
+        path.unlink()
     except FileNotFoundError:
-        return None
+        pass
+    return None
 
 
 @dataclass

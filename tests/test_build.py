@@ -113,7 +113,8 @@ def test_flags_match_torch_own_recipe(torch_venv, cache):
     from oeq_wheels import inputs, pins as P
     pins = P.load()
     pin = pins.matrix.torch_wheel("cp311")
-    root = inputs.torch_tree(cache / "downloads" / pin.file, pin, cache, pins.torch_needed)
+    from oeq_wheels import fetch
+    root = inputs.torch_tree(fetch.ensure([pin], cache)[pin.file], pin, cache, pins.torch_needed)
     code = ("import torch, torch.utils.cpp_extension as ce, inspect;"
             "src = inspect.getsource(ce._write_ninja_file_to_build_library);"
             "import re; print(re.search(r\"'-fPIC', '-std=(c\\+\\+\\d+)'\", src).group(1));"

@@ -119,7 +119,7 @@ def test_signal_during_download_leaves_no_partial_file(tmp_path, cache, sig):
     pins = P.load()
     pin = pins.pybind11
     items = list(dict.fromkeys(pins.all_inputs(["cp311"]) + pins.oeq_binary_inputs()))
-    real = fetch.ensure(items, cache)  # stamps current, so the links below need no re-hashing
+    real = fetch.ensure(items, cache, whole=True)  # stamps current, so the links below need no re-hashing
     c, tmp = tmp_path / "cache", tmp_path / "tmp"
     dl = c / "downloads"
     dl.mkdir(parents=True)

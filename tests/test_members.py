@@ -178,3 +178,18 @@ def test_every_pinned_torch_and_nvidia_wheel_has_its_own_record():
     for w in wheels:
         by_record.setdefault(w.record, set()).add(w.file)
     assert all(len(files) == 1 for files in by_record.values()), by_record
+
+
+def test_a_damaged_stored_member_is_fetched_again_never_linked(served, tmp_path):
+    reg, add = served
+    body, record = wheel(FILES)
+    add(body)
+    pin, cache = pin_for(body, record), tmp_path / "cache"
+    wanted = lambda n: n.endswith("libcublas.so.13")
+    (path,) = members.fetch(pin, wanted, cache, fetch.index_url()).values()
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))  # same size, other bytes
+    sent = reg.sent[NAME]
+    (again,) = members.fetch(pin, wanted, cache, fetch.index_url()).values()
+    assert again.read_bytes() == FILES["nvidia/cu13/lib/libcublas.so.13"] and reg.sent[NAME] - sent > 4096

@@ -57,7 +57,7 @@ def pytorch_standin(pins, cache: Path, cp: str) -> Path:
     index gives the same binary (the matrix's consumer_torch, e.g. 2.14.1+cu130). Serve it with hosts.pypiserver."""
     from .. import fetch
     pin = pins.matrix.torch_wheel(cp)
-    files = fetch.ensure([pin], cache)
+    files = fetch.ensure([pin], cache, whole=True)  # the wheel itself is served
     local = pins.matrix.consumer_torch.partition("+")[2]
     standin = cache / "standins" / f"pytorch-{local}"
     reversioned(files[pin.file], local, standin)
