@@ -62,9 +62,9 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
             if rc != 0 or what == "test":  # a failure's cause, or the proof table and pytest's summary
                 log((root / f"make-{what}.log").read_text()[-4000:])
             if what == "wheels":
-                rows.append(("make wheels: downloaded (whole files + members by range)",
+                rows.append(("downloaded by make wheels (whole files + members by range)",
                              f"{downloaded(root / 'cache' / 'oeq-wheels') / 2**20:.0f} MiB"))
-                rows.append(("make wheels: disk after it (caches, clone)", f"{disk.used() / 2**30:.1f} GiB"))
+                rows.append(("disk used after make wheels (caches, clone)", f"{disk.used() / 2**30:.1f} GiB"))
             if rc != 0:
                 break
         disk.stop.set()
