@@ -231,7 +231,6 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, 
         if not whole and members.by_members(item) and not _is_verified(path, item.sha256):  # a whole copy at hand is read locally
             out[item.file] = Remote(item, cache, log)
             continue
-        path = dest / item.file
         out[item.file] = path
         if _is_verified(path, item.sha256):
             continue

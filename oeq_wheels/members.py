@@ -79,6 +79,14 @@ def parse_record(data: bytes) -> dict[str, tuple[str, int]]:
     return out
 
 
+def record_name(names, wheel: str) -> str:
+    """The one .dist-info/RECORD among a wheel's member names (raises MemberError naming the wheel otherwise)."""
+    found = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
+    if len(found) != 1:
+        raise MemberError(f"{wheel}: expected one .dist-info/RECORD, found {len(found)}")
+    return found[0]
+
+
 def store_path(cache: Path, sha256: str) -> Path:
     return cache / "members" / sha256[:2] / sha256
 
@@ -143,11 +151,8 @@ class RemoteWheel:
         except zipfile.BadZipFile as exc:
             raise MemberError(f"{pin.file}: its central directory cannot be read by range ({exc})") from None
         self.infos = {i.filename: i for i in zf.infolist()}
-        record_names = [n for n in self.infos if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
-        if len(record_names) != 1:
-            raise MemberError(f"{pin.file}: expected one .dist-info/RECORD, found {len(record_names)}")
         try:
-            data = zf.read(record_names[0])
+            data = zf.read(record_name(self.infos, pin.file))
         except registry.RegistryError as exc:
             raise MemberError(str(exc)) from None
         got = hashlib.sha256(data).hexdigest()
@@ -178,7 +183,7 @@ _store_lock = threading.Lock()
 _fetch_lock = threading.Lock()
 
 
-def _spans(members: list[Member], end: int) -> list[list[Member]]:
+def _spans(members: list[Member]) -> list[list[Member]]:
     """Members in file order, grouped where they lie within GAP of each other (one request per group)."""
     groups: list[list[Member]] = []
     last = -1
@@ -291,7 +296,7 @@ def _fetch_missing(wheel: RemoteWheel, members: list[Member], cache: Path, root:
     sweep_stale(root)
     if missing:
         with tempfile.TemporaryDirectory(dir=root, prefix=temp_prefix("span")) as tmp:
-            for group in _spans(list(missing.values()), wheel.file.size):
+            for group in _spans(list(missing.values())):
                 span, start = _fetch_span(wheel, group, Path(tmp))
                 try:
                     for m in group:

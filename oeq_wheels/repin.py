@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import fetch, pins as pins_mod, registry
+from . import fetch, members, pins as pins_mod, registry
 from .errors import UsageError
 from .files import write_atomic
 from .registry import RegistryError
@@ -332,10 +332,7 @@ class Repinner:
 def record_sha256(wheel: Path) -> str:
     """The sha256 of a wheel's .dist-info/RECORD."""
     with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
-        if len(names) != 1:
-            raise RepinError(f"{wheel.name}: expected one .dist-info/RECORD, found {len(names)}")
-        return hashlib.sha256(zf.read(names[0])).hexdigest()
+        return hashlib.sha256(zf.read(members.record_name(zf.namelist(), wheel.name))).hexdigest()
 
 
 def derived_lines(pins: pins_mod.Pins) -> list[str]:

@@ -154,7 +154,7 @@ def test_the_length_check_of_a_range_response(served, tmp_path, monkeypatch):
     group = [m for m in wheel_.members(lambda n: n.startswith("nvidia/"))]
     reg.bodies[NAME] = body[: group[0].info.header_offset + 100]  # the host now serves a truncated file
     with pytest.raises(members.MemberError, match="cut a range response"):
-        members._fetch_span(wheel_, members._spans(group, len(body))[0], tmp_path)
+        members._fetch_span(wheel_, members._spans(group)[0], tmp_path)
 
 
 def test_whole_mode_and_unpinned_records_download_whole_files(monkeypatch):
