@@ -202,6 +202,31 @@ def cold_start(venv: Path, wheel: Path, oeq_wheel: Path, cache: Path, tmp: Path,
     return out
 
 
+def fetch_equal() -> int:
+    """The full-size proof that both fetches give the same wheels: `build` of every wheel twice, each in an empty
+    cache of its own, once fetching members by range (the default) and once OEQ_WHEELS_FETCH=whole; prints each
+    wheel's sha256 and the downloaded bytes of each, exits 1 on any difference. make test proves the same on a
+    small wheel (tests/test_members.py); this costs two full builds and about 7 GB of temporary disk."""
+    import suite
+    from oeq_wheels.files import sha256_file
+    got = {}
+    with tempfile.TemporaryDirectory(prefix="oeq-fetch-equal-") as t:
+        for mode in ("members", "whole"):
+            cache, out = Path(t) / mode / "cache", Path(t) / mode / "dist"
+            env = dict(os.environ, OEQ_WHEELS_CACHE=str(cache), OEQ_WHEELS_FETCH=mode,
+                       PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]))
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-m", "oeq_wheels", "build", str(out), "-q"], env=env, check=True)
+            wheels = sorted([*out.glob("*.whl"), *extra_dir(out).glob("*.whl")])
+            got[mode] = {w.name: sha256_file(w) for w in wheels}
+            print(f"fetch-equal: {mode}: {len(wheels)} wheels in {time.monotonic() - t0:.0f} s, "
+                  f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded", file=sys.stderr)
+    print("| wheel | sha256 (members) | equal to whole files |\n|---|---|---|")
+    for name in sorted(set(got["members"]) | set(got["whole"])):
+        print(f"| {name} | {got['members'].get(name, '-')} | {got['members'].get(name) == got['whole'].get(name)} |")
+    return 0 if got["members"] == got["whole"] and got["members"] else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
@@ -209,10 +234,14 @@ def main() -> int:
     ap.add_argument("--suite", action="store_true",
                     help="only the test suite's cost: a fresh clone, empty caches, make wheels and make test (bench/suite.py)")
     ap.add_argument("--second", action="store_true", help="with --suite: make test a second time in that clone")
+    ap.add_argument("--fetch-equal", action="store_true",
+                    help="only: every wheel built from members fetched by range equals the one built from whole files")
     args = ap.parse_args()
     if args.suite:
         import suite
         return suite.main(args.second)
+    if args.fetch_equal:
+        return fetch_equal()
     pins = P.load()
     cache = default_cache()
     with tempfile.TemporaryDirectory(prefix="oeq-bench-") as t:

@@ -15,13 +15,17 @@ from .pins import Pins
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
+# PyPI as uv names its default index. uv keys its cache by the index's URL as written: "https://pypi.org/simple/"
+# (with the slash) is another index to it, and every wheel installed through it would be stored a second time.
+UV_PYPI = "https://pypi.org/simple"
 
 
 def pip_env(base: dict | None = None) -> dict:
     """An environment for pip as a new user's: without this machine's pip configuration (caps, indexes,
-    find-links), from `base` (default: this process's)."""
+    find-links) and with nothing cached, from `base` (default: this process's). pip's cache would keep torch's
+    wheels (~3 GB per architecture) beside every install of them; uv's cache is the one the venvs share."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
     return env
 
 
@@ -164,20 +168,26 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
 
 
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
-                    index_url: str | None = None) -> Path:
+                    index_url: str | None = None, transient: Path | None = None) -> Path:
     """cache/venvs/pypi-torch-<torch_version>-cpXY-<lock>: torch as `pip install torch==X` gets it from PyPI
     (or `index_url`), OEq's import-time dependencies (requirements/consumer.txt) and the pinned consumer
     (FastMACE 1.0.0 and filelock), installed with uv (its cache makes a second venv of the same wheels cheap);
-    made once, then reused. OEq and fastmace-oeq-ext are the tests' to install."""
+    made once, then reused. OEq and fastmace-oeq-ext are the tests' to install.
+
+    transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
+    torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install)."""
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
-    venv = cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-{lock_key}"
-    if _ready(venv):
+    venv = (transient / "venv" if transient else cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-"
+                                                                   f"{lock_key}")
+    if not transient and _ready(venv):
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
     env = _uv_env()
+    if transient:
+        env["UV_CACHE_DIR"] = str(transient / "uv-cache")
     uv = [sys.executable, "-m", "uv"]
     py = str(venv / "bin" / "python")
     proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)

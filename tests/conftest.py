@@ -83,13 +83,12 @@ def resumed_build(tmp_path_factory, cache):
     its own, stopped with SIGTERM while the compilers run, then run again to the end. Records what the interrupt
     left (for the interrupt test); returns the finished OUTDIR (for the reproducibility test), those facts and its
     cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them).
-    It reads its inputs as whole files (OEQ_WHEELS_FETCH=whole: the downloads shared, unpacked in its own cache) while
-    the session's build fetched members (oeq_wheels.members), so that equal bytes also prove the two fetches equal."""
+    Its input trees are its own, linked from the shared member store (no second copy of torch's libraries on disk);
+    that members and whole files give the same wheels is tests/test_members.py's (and bench/run.py --fetch-equal's)."""
     root = tmp_path_factory.mktemp("resumed")
-    c = private_cache(root / "cache", cache, share=("downloads",))
+    c = private_cache(root / "cache", cache, share=("downloads", "members"))
     out, tmp = root / "dist", root / "tmp"
-    whole = dict(OEQ_WHEELS_FETCH="whole")
-    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp, **whole)
+    p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
     seen = wait_for(p, r"\[cp311\] compile +started")
     time.sleep(2)
     running = processes_of(tmp, but=p.pid)
@@ -98,7 +97,7 @@ def resumed_build(tmp_path_factory, cache):
     facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp), wheels=wheels_in(out),
                  hidden=hidden(out, extra_dir(out), c / "objects"), tmp=list(tmp.iterdir()))
     # The next run uses what the interrupted one left.
-    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp, **whole)
+    p = cli(["build", out, "--python", "3.11", "--runner", "host", "-q"], c, tmp)
     facts["resumed"] = finish(p, [])
     return out, facts, c
 

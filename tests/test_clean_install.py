@@ -1,4 +1,7 @@
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +37,7 @@ def test_refuses_a_directory_without_wheels(tmp_path):
 
 @pytest.mark.slow
 def test_clean_install_passes_with_compilers_removed(cp311_wheel):
+    started = time.time()
     r = subprocess.run([str(REPO / "tools/release/clean_install.sh"), str(cp311_wheel.parent), "3.11"],
                        capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
@@ -42,3 +46,16 @@ def test_clean_install_passes_with_compilers_removed(cp311_wheel):
     assert f"fastmace doctor: host extension: prebuilt (fastmace-oeq-ext {cu.version}, " in out
     assert "FastMACE: prebuilt usable=True" in out and "ops ['jit_conv_forward'" in out
     assert "PASS: FastMACE uses the prebuilt host extension; no compiler or build tool was called" in out
+    # uv stores a wheel once per index URL: the NVIDIA wheels torch brings must land under PyPI's own entry (which
+    # the test venvs share), never under a second spelling of PyPI or under the torch stand-in's address.
+    uv_cache = Path(subprocess.run([sys.executable, "-m", "uv", "cache", "dir"], capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    twice = [p for p in uv_cache.glob("wheels-v*/index/*/nvidia-*") if p.stat().st_mtime >= started]
+    assert not twice, f"NVIDIA wheels stored under another index than PyPI's: {twice[:3]}"
+
+
+def test_a_stand_ins_port_depends_on_its_folder_only():
+    from oeq_wheels.release.hosts import stable_port
+    assert stable_port("/a/standins/pytorch-cu130") == stable_port("/a/standins/pytorch-cu130")
+    assert stable_port("/a/standins/pytorch-cu130") != stable_port("/b/standins/pytorch-cu130")
+    assert all(20000 <= stable_port(str(i)) < 40000 for i in range(50))

@@ -21,10 +21,11 @@ Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line
   names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
 Unpatched FastMACE's rows stay in test_fastmace.py.
 
-Cost: a uv venv per torch (the cu130 line's five and 2.10.0), kept in the cache like the other venvs;
-each about 5-6 GB (hard links into uv's cache, which holds the files once) and 10-30 s to make on this machine;
-with them made, the file runs in about a minute, plus about two for the emulated row (each emulated run imports torch
-under qemu in ~25 s).
+Cost: a uv venv per torch (the cu130 line's five and 2.10.0), each about 5 GB and 10-30 s to make on this machine.
+The matrix's torch (2.14.1) is the cached venv other tests share; every other torch's venv and its own uv cache live
+in the test's tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run
+installs them again. Then the file runs in a few minutes, plus about two for the emulated row (each emulated run
+imports torch under qemu in ~25 s).
 """
 from __future__ import annotations
 
@@ -112,8 +113,13 @@ def cu130_ext(built) -> Path:
 
 
 def venv_for(torch: str, tmp_path: Path) -> Path:
-    """The test's own venv over the cached one of this torch (what a row installs stays in tmp_path)."""
-    return venvs.overlay(venvs.pypi_torch_venv(P.load(), default_cache(), torch), tmp_path / f"venv-{torch}")
+    """The test's own venv: an overlay of the cached one for the matrix's torch (which other tests share), else one
+    made in tmp_path with its own uv cache, gone with tmp_path when the test passes (a torch only this file uses:
+    the suite's peak disk holds one such stack at a time instead of five)."""
+    pins = P.load()
+    if torch == pins.matrix.torch_version:
+        return venvs.overlay(venvs.pypi_torch_venv(pins, default_cache(), torch), tmp_path / f"venv-{torch}")
+    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}")
 
 
 site_of = venvs.site_packages

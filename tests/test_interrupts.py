@@ -47,9 +47,9 @@ def test_sigterm_during_compile_stops_the_compilers_and_the_next_run_recovers(re
 
 def test_reproducible_two_builds_same_bytes(resumed_build, cp311_wheel, cp311_oeq_wheel, cp311_oeq_aarch64_wheel,
                                             cp311_oeq_cu12_wheel):
-    """A second, independent build (other output directory, other object cache, later, inputs read as whole files
-    where the first fetched members; resumed_build) is byte-identical: every line's wheel, the cross-compiled
-    aarch64 one too, and its report names them."""
+    """A second, independent build (other output directory, other object cache and input trees, later;
+    resumed_build) is byte-identical: every line's wheel, the cross-compiled aarch64 one too, and its report names
+    them."""
     again, f, _ = resumed_build
     assert f["resumed"][0] == 0, f["resumed"][1][-3000:]
     for first in (cp311_wheel, *extra_dir(cp311_wheel.parent).glob("*.whl")):

@@ -38,7 +38,11 @@ def wheel(files: dict[str, bytes], record_for: dict[str, bytes] | None = None) -
 FILES = {"nvidia/cu13/include/cuda.h": b"#define CUDA 13\n" * 200,
          "nvidia/cu13/lib/libcublasLt.so.13": BIG,
          "nvidia/cu13/lib/libcublas.so.13": b"\x7fELF" + os.urandom(4096),
-         "nvidia/cu13/include/cublas.h": b"/* cublas */\n" * 300}
+         "nvidia/cu13/include/cublas.h": b"/* cublas */\n" * 300,
+         # what pip reads of a wheel it downloads whole
+         "nvidia_x-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nvidia-x\nVersion: 1.0\n",
+         "nvidia_x-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                          b"Tag: py3-none-manylinux_2_27_x86_64\n"}
 NAME = "nvidia_x-1.0-py3-none-manylinux_2_27_x86_64.whl"
 
 
@@ -193,3 +197,23 @@ def test_a_damaged_stored_member_is_fetched_again_never_linked(served, tmp_path)
     sent = reg.sent[NAME]
     (again,) = members.fetch(pin, wanted, cache, fetch.index_url()).values()
     assert again.read_bytes() == FILES["nvidia/cu13/lib/libcublas.so.13"] and reg.sent[NAME] - sent > 4096
+
+
+def test_a_tree_from_members_equals_the_tree_from_the_whole_wheel(served, tmp_path, monkeypatch):
+    """The two fetches give one tree: members by range, and OEQ_WHEELS_FETCH=whole (the whole wheel, pip's hash
+    check, then unpacked). The full-size comparison (the 20 wheels of both fetches) is bench/run.py --fetch-equal."""
+    _, add = served
+    body, record = wheel(FILES)
+    add(body)
+    pin = pin_for(body, record)
+    trees = {}
+    for mode in ("members", "whole"):
+        monkeypatch.setenv("OEQ_WHEELS_FETCH", mode)
+        cache = tmp_path / mode
+        got = fetch.ensure([pin], cache)
+        assert isinstance(got[NAME], fetch.Remote) == (mode == "members")
+        tree = inputs.cuda_tree([(pin, got[NAME])], cache)
+        trees[mode] = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*")
+                       if p.is_file() and not p.name.startswith(".oeq-wheels-")}  # but the tree's own stamps
+    assert trees["whole"] and trees["members"] == trees["whole"]
+    assert (tmp_path / "whole" / "downloads" / NAME).read_bytes() == body

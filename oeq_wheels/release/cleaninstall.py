@@ -129,7 +129,9 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
         index = torch_index or pins.consumer.torch_index
         with _torch_index(index, pins, cache, interp_tag, work, say) as served:
             say(f"{pins.fastmace_install_lines()[0]}  (as {torch}, from {served})")
-            _run(install + [torch, "--index-url", served, "--extra-index-url", "https://pypi.org/simple/",
+            # PyPI spelled as uv spells its default (no trailing slash): any other spelling is another index to
+            # uv's cache, which would then hold torch's NVIDIA wheels a second time (~4 GB).
+            _run(install + [torch, "--index-url", served, "--extra-index-url", venvs.UV_PYPI,
                             "--index-strategy", "unsafe-best-match"], env)
         say(pins.fastmace_install_lines()[1])
         _run(install + [f"cuequivariance-ops-torch-cu{pins.oeq_binary.cuda_major}"], env)
@@ -181,7 +183,10 @@ def _torch_index(index: str, pins: pins_mod.Pins, cache: Path, cp: str, work: Pa
     standin = reversion.pytorch_standin(pins, cache, cp)
     say(f"{index} cannot be reached: a local stand-in serves PyPI's {pins.matrix.torch_wheel(cp).file} as "
         f"{pins.matrix.consumer_torch} (the same binary)")
-    with hosts.pypiserver(standin, work / "torch-index.log") as root:
+    # Torch only (PyTorch's index has no fallback either; the rest comes from PyPI), at an address that stays
+    # the same for this cache, so that uv keeps one copy of this wheel however many sessions install it.
+    with hosts.pypiserver(standin, work / "torch-index.log", "--disable-fallback",
+                          port=hosts.stable_port(str(standin.resolve()))) as root:
         yield root + "simple/"
 
 

@@ -144,10 +144,21 @@ class ReleaseHost:
         return dest
 
 
-def _free_port() -> int:
+def _free_port(preferred: int = 0) -> int:
+    """`preferred` where it is free, else any free port."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", preferred))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stable_port(key: str) -> int:
+    """A port in 20000-39999 that depends on `key` only. uv keys its cache by an index's URL, port included: a
+    stand-in served on a new port each session would add its wheels to uv's cache again each session."""
+    import hashlib
+    return 20000 + int(hashlib.sha256(key.encode()).hexdigest(), 16) % 20000
 
 
 @contextlib.contextmanager
@@ -158,9 +169,10 @@ def pypi_standin(packages: Path, log: Path, fallback: str = "https://pypi.org/si
 
 
 @contextlib.contextmanager
-def pypiserver(packages: Path, log: Path, *options: str):
-    """A real pypiserver over `packages` on loopback with `options` (auth, fallback); yields its root URL."""
-    port = _free_port()
+def pypiserver(packages: Path, log: Path, *options: str, port: int = 0):
+    """A real pypiserver over `packages` on loopback with `options` (auth, fallback), on `port` where it is free;
+    yields its root URL."""
+    port = _free_port(port)
     with open(log, "w") as out:
         p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
                               *options, str(packages)], stdout=out, stderr=subprocess.STDOUT)
