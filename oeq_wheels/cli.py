@@ -165,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs whole into the cache (e.g. to build offline later)")
     f.add_argument("--python", type=_pythons_arg)
     f.add_argument("--matrix")
+    f.add_argument("--only", metavar="PROJECT[,PROJECT...]",
+                   help="only these projects' pinned files (e.g. torch,pybind11)")
     return ap
 
 
@@ -349,6 +351,13 @@ def _dispatch(args) -> int:
         pins = load(args.matrix)
         vers = select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
         items = pins.all_inputs([cp_tag(v) for v in vers]) + pins.oeq_binary_inputs()
+        if args.only:
+            wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+            known = sorted({i.name for i in items})
+            if not wanted <= set(known):
+                raise UsageError(f"fetch --only: {', '.join(sorted(wanted - set(known)))} is not a pinned project; "
+                                 f"pinned: {', '.join(known)}")
+            items = [i for i in items if i.name in wanted]
         for path in ensure(items, default_cache(), print, whole=True).values():  # whole files, e.g. for a mirror
             print(f"{path}")
         return 0
