@@ -171,7 +171,7 @@ def cold_start(venv: Path, wheel: Path, oeq_wheel: Path, cache: Path, tmp: Path,
     pins = P.load()
     # The JIT run uses the toolkit-less fallback, which needs the crt and cccl header wheels.
     hdrs = [n for n in pins.matrix.nvidia if n.name in ("nvidia-cuda-crt", "nvidia-cuda-cccl")]
-    files = fetch.ensure(hdrs, cache)
+    files = fetch.ensure(hdrs, cache, whole=True)  # installed: the wheels themselves, not members
     venvs.install_oeq_stack(venv, pins, cache, [wheel, *(files[h.file] for h in hdrs)], tmp / "oeq")
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
     site = Path(subprocess.run([py, "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],

@@ -154,7 +154,7 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     assert res["status"]["state"] == "skipped"
     assert f"pip install {' '.join(sorted(f'{p.name}=={p.version}' for p in pins))}" in res["status"]["reason"]
     # ... and we install exactly those, by hash, from the pinned cache.
-    paths = fetch.ensure(pins, files.default_cache())
+    paths = fetch.ensure(pins, files.default_cache(), whole=True)  # installed: the wheels themselves
     req = tmp_path / "headers.txt"
     req.write_text("".join(f"{paths[p.file]} --hash=sha256:{p.sha256}\n" for p in pins))
     subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
