@@ -17,7 +17,7 @@ import pytest
 
 import engine as test_image
 from conftest import REPO, unavailable
-from oeq_wheels import pins as P, runner
+from oeq_wheels import members, pins as P, runner
 from oeq_wheels.ext.verify import verify_wheel
 from oeq_wheels.oeq.verify import verify_oeq_binary
 from oeq_wheels.output import extra_dir
@@ -72,10 +72,10 @@ class Engine:
         folder = cache / "engine-volumes" / self.work
         shutil.rmtree(folder, ignore_errors=True)  # a volume removed since: its folder starts again
         dest = folder / "cache" / "members"
-        try:
+        try:  # not the store's temporary files (hidden names) nor its ledger of fetches
             shutil.copytree(cache / "members", dest, copy_function=os.link,
-                            ignore=lambda d, names: [n for n in names if n.startswith(".") or n.endswith(".jsonl")])
-        except (OSError, shutil.Error):
+                            ignore=lambda d, names: [n for n in names if n.startswith(".") or n == members.LEDGER])
+        except OSError:  # shutil.Error (a file that would not link) is one too
             shutil.rmtree(dest, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run([self.client, "volume", "create", "--opt", "type=none", "--opt", "o=bind", "--opt",
