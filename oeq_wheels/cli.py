@@ -151,9 +151,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--post", type=int, metavar="N", help="fastmace-oeq-ext's rebuild number (X.Y.Z.postN)")
     g.add_argument("--next-post", action="store_true", help="the rebuild number after the pinned one")
     rp.add_argument("--check", action="store_true", help="every pin still on the registry with its sha256; writes nothing")
-    rp.add_argument("--records", action="store_true", help="pin the sha256 of RECORD for every torch and NVIDIA wheel "
-                    "that has none (one full download each, kept in the cache), so that builds fetch only the members "
-                    "they read; with --torch, after it")
+    rp.add_argument("--records", action="store_true", help="pin the sha256 of RECORD, and the link stubs' digests, for "
+                    "every torch and NVIDIA wheel that has none (one full download each, kept in the cache), so that "
+                    "builds fetch only the members they read; with --torch, after it")
     rp.add_argument("--index-url", default=None, help="the registry's simple index (default: PyPI's)")
     rp.add_argument("--pins", type=Path, default=None, help="the pins file (default: oeq_wheels/pins.toml)")
     rp.add_argument("--readme", type=Path, default=None, help="the README whose install lines derive from the pins "

@@ -206,6 +206,13 @@ def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None) -> None:
                 _extract_member(zf, info, root, blobs)
 
 
+def _stubs_key(wheels) -> str:
+    """A tree name's part for the link stubs in it: trees of fetched members hold the pinned libraries' stubs
+    (fetch.Remote.unpack), trees of whole wheels the libraries themselves (OEQ_WHEELS_FETCH=whole)."""
+    digests = [s.digest for wheel, pin in wheels if not isinstance(wheel, (str, Path)) for s in pin.stubs]
+    return "-stubs" + hashlib.sha256(" ".join(digests).encode()).hexdigest()[:8] if digests else ""
+
+
 def torch_tree(wheel: Path, pin: Pinned, cache: Path, link_libs: frozenset[str]) -> Path:
     """torch/{include,lib/<link libs>,version.py,utils/cpp_extension.py} of one torch wheel."""
     blobs = cache / "extract" / "blobs"
@@ -218,7 +225,8 @@ def torch_tree(wheel: Path, pin: Pinned, cache: Path, link_libs: frozenset[str])
         _unpack_wheel(wheel, wanted, tmp, blobs)
 
     libs_key = hashlib.sha256(" ".join(sorted(link_libs)).encode()).hexdigest()[:8]
-    return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}-{libs_key}", fill)
+    return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}-{libs_key}"
+                        f"{_stubs_key([(wheel, pin)])}", fill)
 
 
 def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
@@ -240,7 +248,7 @@ def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
         for pin, wheel in wheels:
             _unpack_wheel(wheel, wanted_of(pin), tmp, None)
 
-    return _atomic_tree(cache / "extract" / f"cuda-{key}", fill)
+    return _atomic_tree(cache / "extract" / f"cuda-{key}{_stubs_key([(w, p) for p, w in wheels])}", fill)
 
 
 def pybind11_include(wheel: Path, pin: Pinned, cache: Path) -> Path:

@@ -11,8 +11,9 @@ pip's hash checking covers whole files only, so the chain of trust is ours:
   sha256; each member must have the sha256 and size RECORD gives it. Anything else is refused in one line and
   nothing of it is kept.
 
-Members are stored once by sha256 under cache/members/ (the four CPython wheels of one torch share libtorch;
-torch releases share headers), and the input trees hard-link them. Where the index has no JSON API or the file
+Members are stored once by sha256 under cache/members/ (torch releases share headers), and the input trees
+hard-link them. The libraries the build links are not kept: their link stubs are (oeq_wheels/stubstore.py), made
+from the first bytes of the member (fetch_prefix) or from the whole member, which is then removed. Where the index has no JSON API or the file
 host ignores ranges, or OEQ_WHEELS_FETCH=whole, or a pin has no RECORD sha256, the whole wheel is fetched as
 before (fetch.ensure). Hand-rolled because no installer fetches part of a wheel.
 """
@@ -161,6 +162,7 @@ class RemoteWheel:
                               "(re-pin with `oeq-wheels pins --records` if the pin is wrong)")
         self.record = parse_record(data)
         self.fetched = self.reader.fetched
+        self.counted = 0           # of fetched, the bytes a ledger line has already counted
         self.fetched_members = 0
 
     def members(self, wanted) -> list[Member]:
@@ -269,12 +271,16 @@ def _unpack(wheel: RemoteWheel, m: Member, span: Path, span_start: int, cache: P
             tmp.unlink(missing_ok=True)
 
 
-def fetch(pin: Pinned, wanted, cache: Path, index: str, log=lambda s: None) -> dict[str, Path]:
+def fetch(pin: Pinned, wanted, cache: Path, index: str, log=lambda s: None, what: str = "",
+          wheel: RemoteWheel | None = None) -> dict[str, Path]:
     """The wheel's members satisfying wanted(name), each verified and stored once: member name -> stored path.
 
-    Members already in the store are not fetched again. Raises Unsupported where only a whole file will do."""
+    Members already in the store are not fetched again. Raises Unsupported where only a whole file will do.
+    what: names this request in the ledger (one wheel's headers and its libraries are fetched apart).
+    wheel: the wheel already opened (its central directory read), instead of opening it from index."""
     t0 = time.monotonic()
-    wheel = RemoteWheel(pin, index)
+    wheel = wheel or RemoteWheel(pin, index)
+    fetched_before = wheel.counted
     members = wheel.members(wanted)
     out = {m.name: store_path(cache, m.sha256) for m in members}
     root = cache / "members"
@@ -283,10 +289,12 @@ def fetch(pin: Pinned, wanted, cache: Path, index: str, log=lambda s: None) -> d
         _fetch_missing(wheel, members, cache, root)
     took = time.monotonic() - t0
     with _store_lock, open(root / LEDGER, "a") as ledger:
-        ledger.write(json.dumps({"wheel": pin.file, "bytes": wheel.fetched, "seconds": round(took, 2),
-                                 "members": len(members), "fetched": wheel.fetched_members}) + "\n")
+        wheel.counted = wheel.fetched
+        ledger.write(json.dumps({"wheel": pin.file, "what": what, "bytes": wheel.fetched - fetched_before,
+                                 "seconds": round(took, 2), "members": len(members),
+                                 "fetched": wheel.fetched_members}) + "\n")
     log(f"fetched {wheel.fetched_members} of {len(members)} needed members of {pin.file} by range "
-        f"({wheel.fetched / 1e6:.0f} of {wheel.file.size / 1e6:.0f} MB, {took:.0f}s)")
+        f"({(wheel.fetched - fetched_before) / 1e6:.0f} of {wheel.file.size / 1e6:.0f} MB, {took:.0f}s)")
     return out
 
 
@@ -305,13 +313,62 @@ def _fetch_missing(wheel: RemoteWheel, members: list[Member], cache: Path, root:
                     span.unlink()
 
 
+def fetch_prefix(wheel: RemoteWheel, name: str, size: int, cache: Path, log=lambda s: None) -> bytes:
+    """The first size bytes of one member (decompressed), by one range request: what a link stub is made of
+    (oeq_wheels/stubstore.py). RECORD's sha256 covers whole members only, so these bytes are checked by the caller,
+    against the pinned digest of the stub they make; here only that the response is whole and inflates."""
+    t0 = time.monotonic()
+    pin, before = wheel.pin, wheel.counted
+    found = wheel.members(lambda n: n == name)
+    if not found:
+        raise MemberError(f"{pin.file} has no member {name}; check [stubs] in oeq_wheels/pins.toml")
+    m = found[0]
+    size = min(size, m.size)
+    # Deflate grows incompressible data by a few bytes per 16 KB block: this many compressed bytes always suffice.
+    need = min(m.info.compress_size, size + size // 64 + 65536)
+    root = cache / "members"
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=temp_prefix("prefix")) as tmp:
+        info = zipfile.ZipInfo(m.name)
+        info.header_offset, info.extra, info.compress_size = m.info.header_offset, m.info.extra, need
+        span, start = _fetch_span(wheel, [Member(m.name, m.sha256, need, info)], Path(tmp))
+        with open(span, "rb") as f:
+            f.seek(m.info.header_offset - start)
+            head = f.read(30)
+            if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                raise MemberError(f"{pin.file}: member {name} has no local header where the directory says")
+            f.seek(int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little"), 1)
+            raw = f.read(need)
+    if m.info.compress_type == zipfile.ZIP_STORED:
+        data = raw[:size]
+    elif m.info.compress_type == zipfile.ZIP_DEFLATED:
+        try:
+            data = zlib.decompressobj(-15).decompress(raw, size)
+        except zlib.error as exc:
+            raise MemberError(f"{pin.file}: member {name} does not inflate ({exc}); refusing it") from None
+    else:
+        raise MemberError(f"{pin.file}: member {name} uses compression {m.info.compress_type}")
+    if len(data) < size:
+        raise MemberError(f"{pin.file}: the first {size} bytes of member {name} are cut short ({len(data)}); "
+                          "nothing of it is used")
+    took = time.monotonic() - t0
+    with _store_lock, open(root / LEDGER, "a") as ledger:
+        wheel.counted = wheel.fetched
+        ledger.write(json.dumps({"wheel": pin.file, "what": f"{name} (first {size} bytes)", "bytes": wheel.fetched - before,
+                                 "seconds": round(took, 2), "members": 1, "fetched": 1}) + "\n")
+    log(f"fetched the first {size / 1e3:.0f} kB of {name} from {pin.file} by range "
+        f"({(wheel.fetched - before) / 1e6:.1f} MB, {took:.1f}s)")
+    return data
+
+
 def fresh_bytes(ledger: Path) -> int:
-    """Bytes fetched by range into a cache from empty: each wheel's first fetch that stored members (later lines of
-    the same wheel are trees unpacked again, or other caches sharing the store)."""
+    """Bytes fetched by range into a cache from empty: each request's first fetch that stored something (later
+    lines of the same wheel and request are trees unpacked again, or other caches sharing the store)."""
     seen, total = set(), 0
     for line in ledger.read_text().splitlines():
         row = json.loads(line)
-        if row["fetched"] and row["wheel"] not in seen:
-            seen.add(row["wheel"])
+        key = (row["wheel"], row.get("what", ""))
+        if row["fetched"] and key not in seen:
+            seen.add(key)
             total += row["bytes"]
     return total

@@ -22,6 +22,14 @@ class PinsError(UsageError):
 
 
 @dataclass(frozen=True)
+class StubPin:
+    """A library of a pinned wheel that the build links against a stub of (oeq_wheels/elfstub.py)."""
+    lib: str                       # its file name in the wheel (the soname, for NVIDIA's)
+    digest: str                    # the digest of its dynamic-symbol view, from one full download
+    tables: tuple[int, ...] = ()   # where its tables lie (elfstub.Tables): only the member's first bytes are fetched
+
+
+@dataclass(frozen=True)
 class Pinned:
     """One downloadable file, pinned by name, version and sha256."""
 
@@ -33,6 +41,8 @@ class Pinned:
     # sha256 of the wheel's RECORD, taken from one full download when the pin was made (`oeq-wheels pins --records`):
     # with it the build fetches only the members it reads (oeq_wheels.members); without it, the whole wheel.
     record: str = ""
+    # The libraries of this wheel the build links against a stub of (oeq_wheels/stubstore.py), from [stubs."FILE"].
+    stubs: tuple["StubPin", ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -321,8 +331,21 @@ def cp_tag(version: str) -> str:
     return f"cp{major}{minor}"
 
 
-def _pinned(name: str, version: str, entry: dict) -> Pinned:
-    return Pinned(name, version, entry["file"], entry["sha256"], tuple(entry.get("libs", ())), entry.get("record", ""))
+def _pinned(name: str, version: str, entry: dict, data: dict | None = None) -> Pinned:
+    return Pinned(name, version, entry["file"], entry["sha256"], tuple(entry.get("libs", ())), entry.get("record", ""),
+                  _stub_pins(data or {}, entry["file"]))
+
+
+def _stub_pins(data: dict, file: str) -> tuple[StubPin, ...]:
+    """[stubs."FILE"]: each linked library's view digest (and table places), or nothing (the library is linked)."""
+    out = []
+    for lib, e in data.get("stubs", {}).get(file, {}).items():
+        digest, tables = e.get("digest", ""), tuple(e.get("tables", ()))
+        if not re.fullmatch(r"[0-9a-f]{64}", digest) or len(tables) not in (0, 8):
+            raise PinsError(f'[stubs."{file}"] {lib} needs digest = 64 hex digits and optionally tables = 8 '
+                            "integers; re-pin it with `oeq-wheels pins --records`")
+        out.append(StubPin(lib, digest, tables))
+    return tuple(out)
 
 
 def _for_arch(entry: dict, arch: str, where: str) -> dict:
@@ -344,7 +367,7 @@ def _nvidia(data: dict, refs: list[str], where: str, arch: str = "x86_64") -> tu
         if ref not in table:
             raise PinsError(f"{where} names {ref!r}, which no [nvidia.\"{ref}\"] entry in pins.toml defines")
         name, _, version = ref.partition("==")
-        out.append(_pinned(name, version, _for_arch(table[ref], arch, f'[nvidia."{ref}"]')))
+        out.append(_pinned(name, version, _for_arch(table[ref], arch, f'[nvidia."{ref}"]'), data))
     return tuple(out)
 
 
@@ -448,7 +471,8 @@ def _torch_wheels(data: dict, name: str, arch: str = "x86_64") -> dict[str, Pinn
     wheels = m["torch_wheels"] if arch == "x86_64" else m.get("arch", {}).get(arch, {}).get("torch_wheels")
     if wheels is None:
         raise PinsError(f"[matrix.{name!r}] pins no {arch} torch wheel; add [matrix.\"{name}\".arch.{arch}.torch_wheels]")
-    return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"], (), w.get("record", ""))
+    return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"], (), w.get("record", ""),
+                        _stub_pins(data, w["file"]))
             for tag, w in wheels.items()}
 
 

@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import fetch, members, pins as pins_mod, registry
+from . import elfstub, fetch, members, pins as pins_mod, registry
 from .errors import UsageError
 from .files import write_atomic
 from .registry import RegistryError
@@ -249,23 +249,30 @@ class Repinner:
 
     # ------------------------------------------------------------------ RECORD pins
     def records(self, cache: Path, log=lambda s: None) -> int:
-        """The sha256 of RECORD for every pinned torch and NVIDIA wheel that has none (new pins), each from one full
-        download checked against its pinned sha256 (kept in the cache: the next build reads it). With it, builds
-        fetch only the members they read (oeq_wheels.members). Returns how many were added."""
-        wanted = []  # (the tomlkit entry to write, what to download)
+        """The sha256 of RECORD for every pinned torch and NVIDIA wheel that has none (new pins), and the view digest
+        of each library the build links ([stubs."FILE"], oeq_wheels/elfstub.py), each from one full download checked
+        against its pinned sha256 (kept in the cache: the next build reads it). With them, builds fetch only the
+        members they read and link against stubs (oeq_wheels.members, oeq_wheels.stubstore). Returns how many
+        wheels gained a pin."""
+        torch_libs = [f"lib{l}.so" for l in self.doc["openequivariance"]["torch_libs"]]
+        wanted = []  # (the tomlkit entry to write, what to download, the libraries it is linked by)
         for m in self.doc["matrix"].values():
             tables = [m["torch_wheels"], *(a["torch_wheels"] for a in m.get("arch", {}).values())]
-            wanted += [(w, pins_mod.Pinned("torch", str(m["torch_version"]), str(w["file"]), str(w["sha256"])))
-                       for t in tables for w in t.values()]
+            wanted += [(w, pins_mod.Pinned("torch", str(m["torch_version"]), str(w["file"]), str(w["sha256"])),
+                        torch_libs) for t in tables for w in t.values()]
         for ref, e in self.doc["nvidia"].items():
             project, _, version = ref.partition("==")
-            wanted += [(x, pins_mod.Pinned(project, version, str(x["file"]), str(x["sha256"])))
+            wanted += [(x, pins_mod.Pinned(project, version, str(x["file"]), str(x["sha256"])), list(e.get("libs", [])))
                        for x in (e, *e.get("arch", {}).values())]
-        todo = [(entry, pin) for entry, pin in wanted if "record" not in entry]
+        stubs = self.doc.setdefault("stubs", tomlkit.table(is_super_table=True))
+        todo = [(entry, pin, libs) for entry, pin, libs in wanted
+                if "record" not in entry or (libs and pin.file not in stubs)]
         if todo:
-            files = fetch.ensure([pin for _, pin in todo], cache, log)
-            for entry, pin in todo:
+            files = fetch.ensure([pin for _, pin, _ in todo], cache, log, whole=True)
+            for entry, pin, libs in todo:
                 entry["record"] = record_sha256(files[pin.file])
+                if libs and pin.file not in stubs:
+                    stubs[pin.file] = stub_pins(files[pin.file], libs)
         return len(todo)
 
     # ------------------------------------------------------------------ OEq and the rebuild number
@@ -291,6 +298,9 @@ class Repinner:
 
     # ------------------------------------------------------------------ writing
     def result(self) -> str:
+        stubs = self.doc.get("stubs", {})
+        for file in [f for f in stubs if f not in _pinned_files(self.doc)]:
+            del stubs[file]  # the stubs of a file no longer pinned (a re-pinned torch or NVIDIA wheel)
         text = tomlkit.dumps(self.doc)
         for a, b in self.renames:
             text = text.replace(a, b)
@@ -327,6 +337,45 @@ class Repinner:
             diff += "".join(difflib.unified_diff(old.splitlines(True), readme.splitlines(True),
                                                  self.readme.name, self.readme.name, n=0))
         return diff
+
+
+def _pinned_files(node) -> set[str]:
+    """Every `file = ...` of the pins document but [stubs] (which is keyed by them)."""
+    out = set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "file" and isinstance(v, str):
+                out.add(str(v))
+            elif k != "stubs":
+                out |= _pinned_files(v)
+    elif isinstance(node, list):
+        for v in node:
+            out |= _pinned_files(v)
+    return out
+
+
+def stub_pins(wheel: Path, libs: list[str]):
+    """[stubs."FILE"] of one wheel: for each of its libraries named in libs, the digest of its dynamic-symbol view
+    and, where the tables lie in the first quarter of the file (NVIDIA's; torch's were moved to the end by
+    patchelf), their places, so that builds fetch only the first bytes of the member."""
+    out = tomlkit.table()
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+        for info in zf.infolist():
+            lib = info.filename.rsplit("/", 1)[-1]
+            if lib not in libs or "/lib/" not in f"/{info.filename}":
+                continue
+            path = Path(zf.extract(info, tmp))
+            view, tables = elfstub.view_of_file(path)
+            entry = tomlkit.inline_table()
+            entry["digest"] = view.digest()
+            if tables.end <= path.stat().st_size // 4:
+                entry["tables"] = tables.to_list()
+            out[lib] = entry
+            path.unlink()
+    missing = sorted(set(libs) - set(out))
+    if missing:
+        raise RepinError(f"{wheel.name} has no {', '.join(missing)} to stub; check the libs pinned for it")
+    return out
 
 
 def record_sha256(wheel: Path) -> str:

@@ -52,7 +52,8 @@ def processes_of(tmpdir: Path, but: int | None = None) -> list[str]:
     return found
 
 
-def private_cache(root: Path, cache: Path, share: tuple[str, ...] = ("downloads", "members", "extract")) -> Path:
+def private_cache(root: Path, cache: Path,
+                  share: tuple[str, ...] = ("downloads", "members", "stubs", "extract")) -> Path:
     """Shares the downloads and unpacked inputs (or only `share` of them), not the objects: a build in it really
     compiles."""
     root.mkdir()

@@ -83,10 +83,10 @@ def resumed_build(tmp_path_factory, cache):
     its own, stopped with SIGTERM while the compilers run, then run again to the end. Records what the interrupt
     left (for the interrupt test); returns the finished OUTDIR (for the reproducibility test), those facts and its
     cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them).
-    Its input trees are its own, linked from the shared member store (no second copy of torch's libraries on disk);
+    Its input trees are its own, linked from the shared member and stub stores (nothing fetched or stored again);
     that members and whole files give the same wheels is tests/test_members.py's (and bench/run.py --fetch-equal's)."""
     root = tmp_path_factory.mktemp("resumed")
-    c = private_cache(root / "cache", cache, share=("downloads", "members"))
+    c = private_cache(root / "cache", cache, share=("downloads", "members", "stubs"))
     out, tmp = root / "dist", root / "tmp"
     p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
     seen = wait_for(p, r"\[cp311\] compile +started")

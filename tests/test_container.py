@@ -63,24 +63,27 @@ class Engine:
     def seed_work_volume(self, cache: Path) -> int:
         """A new work volume is a local volume bound to a folder of the cache (the engine's own `volume create --opt
         type=none --opt o=bind`; build.sh uses it by name as any volume), and starts with the host's member store
-        (torch's and NVIDIA's files by sha256) hard-linked into it: each engine would otherwise store the same
-        2.5 GB again. The build in it still reads the central directories and RECORDs, checks every member it links
+        (torch's and NVIDIA's files by sha256) and link stubs hard-linked into it: each engine would otherwise fetch
+        and store them again. The build in it still reads the central directories and RECORDs, checks every member it links
         against them, and compiles everything. Where the links cannot be made (another file system) the folder
         starts empty. Returns the number of files linked."""
         if subprocess.run([self.client, "volume", "inspect", self.work], capture_output=True).returncode == 0:
             return 0  # kept from an earlier session, with what its builds left
         folder = cache / "engine-volumes" / self.work
         shutil.rmtree(folder, ignore_errors=True)  # a volume removed since: its folder starts again
-        dest = folder / "cache" / "members"
-        try:  # not the store's temporary files (hidden names) nor its ledger of fetches
-            shutil.copytree(cache / "members", dest, copy_function=os.link,
-                            ignore=lambda d, names: [n for n in names if n.startswith(".") or n == members.LEDGER])
-        except OSError:  # shutil.Error (a file that would not link) is one too
-            shutil.rmtree(dest, ignore_errors=True)
+        linked = 0
+        for store in ("members", "stubs"):
+            dest = folder / "cache" / store
+            try:  # not the stores' temporary files (hidden names) nor the ledger of fetches
+                shutil.copytree(cache / store, dest, copy_function=os.link,
+                                ignore=lambda d, names: [n for n in names if n.startswith(".") or n == members.LEDGER])
+                linked += sum(1 for f in dest.rglob("*") if f.is_file())
+            except OSError:  # shutil.Error (a file that would not link) is one too; so is a store not there
+                shutil.rmtree(dest, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run([self.client, "volume", "create", "--opt", "type=none", "--opt", "o=bind", "--opt",
                         f"device={folder}", self.work], capture_output=True, text=True, check=True)
-        return sum(1 for f in dest.rglob("*") if f.is_file()) if dest.is_dir() else 0
+        return linked
 
     def env(self, **more):
         e = dict(os.environ, DOCKER=self.client, OEQ_WHEELS_IMAGE=self.image, OEQ_WHEELS_WORK_VOLUME=self.work,

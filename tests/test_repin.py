@@ -89,6 +89,11 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
     assert "--next-post" in r.stdout  # the released fastmace-oeq-ext name must not be rebuilt
     # A new file's RECORD is not known until one full download (`pins --records`): until then builds take it whole.
     assert not any(w.record for w in new.matrix.torch_wheels.values()) and not any(n.record for n in new.matrix.nvidia)
+    # ... nor the digests of its libraries' stubs; the replaced files' stubs are gone with them.
+    assert not any(w.stubs for w in new.matrix.torch_wheels.values()) and not any(n.stubs for n in new.matrix.nvidia)
+    stubbed = tomllib.loads(pins_copy.read_text())["stubs"]
+    assert not [w.file for w in release.matrix.torch_wheels.values() if w.file in stubbed]
+    assert all(w.stubs for l in new.oeq_lines for w in (l.torch, *l.nvidia) if w.libs or w.name == "torch")
     assert all(w.record for l in new.oeq_lines for w in (l.torch, *l.nvidia))  # the lines' own pins keep theirs
 
 
@@ -243,3 +248,19 @@ def test_records_pins_the_sha256_of_each_new_wheels_record_from_one_full_downloa
     r = run_cli("pins", "--pins", str(pins_copy), "--records")
     assert r.returncode == 0, r.stderr
     assert pins_copy.read_text() == P.PINS_FILE.read_text()
+
+
+def test_records_pins_the_stub_digests_of_a_wheels_libraries_from_one_full_download(pins_copy):
+    """`pins --records` on a copy that lost the [stubs] table of the (small) CUDA runtime wheel: downloaded whole
+    from PyPI, its libcudart's view digest and table places are the ones pinned today."""
+    release = P.load()
+    (cudart,) = [n for n in release.matrix.nvidia if n.name == "nvidia-cuda-runtime"]
+    assert cudart.stubs and cudart.stubs[0].tables  # NVIDIA's tables lie at the start: pinned with their places
+    text = pins_copy.read_text()
+    start = text.index(f'[stubs."{cudart.file}"]')
+    end = text.index("\n\n", start) + 2
+    pins_copy.write_text(text[:start] + text[end:])
+    assert not next(n for n in P.load(path=pins_copy).matrix.nvidia if n.name == cudart.name).stubs
+    r = run_cli("pins", "--pins", str(pins_copy), "--records")
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(pins_copy.read_text()) == tomllib.loads(P.PINS_FILE.read_text())

@@ -1,0 +1,85 @@
+"""Link stubs of the pinned libraries, each made once and kept under cache/stubs/ by its view digest.
+
+pins.toml names, for each torch and NVIDIA wheel, the digest of each linked library's dynamic-symbol view
+(oeq_wheels/elfstub.py), taken from one full download when the pin was made. The chain of trust:
+- a library with pinned table places (the NVIDIA libraries keep their tables at the start) is read from the
+  first bytes of its member, fetched by range (members.fetch_prefix); RECORD covers whole members only, so what
+  is used is the view, and its digest must be the pinned one;
+- any other (torch's libraries: patchelf moved their string tables to the end) is fetched whole, checked against
+  the pinned RECORD (members.fetch), read, and removed from the member store once its stub is made;
+- a stub is written from the view and read back: its own view must have the same digest (the writer is faithful).
+
+A digest names a view, not a file, so the four CPython wheels of one torch (whose libtorch_cpu.so files differ
+but export the same symbols) share one stub and fetch the library once.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from pathlib import Path
+
+from . import elfstub, members
+from .files import temp_prefix
+from .pins import Pinned, StubPin
+
+_locks: dict[str, threading.Lock] = {}
+_guard = threading.Lock()
+
+
+def store_path(cache: Path, sp: StubPin) -> Path:
+    return cache / "stubs" / sp.digest[:2] / sp.digest / sp.lib
+
+
+def _usable(path: Path, digest: str) -> bool:
+    """The stored stub is there and still of its digest (read again each time a tree is made from it)."""
+    try:
+        return elfstub.view_of_file(path)[0].digest() == digest
+    except (OSError, ValueError, elfstub.StubError):
+        return False
+
+
+def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, log=lambda s: None) -> Path:
+    """The stub of member (a library of the pinned wheel) with the pinned digest: stored, or made now."""
+    pin = wheel.pin
+    path = store_path(cache, sp)
+    with _guard:
+        lock = _locks.setdefault(sp.digest, threading.Lock())
+    with lock:  # the CPython builds of one torch want the same stubs: make each once
+        if _usable(path, sp.digest):
+            return path
+        if sp.tables:
+            tables = elfstub.Tables.from_list(list(sp.tables))
+            data = members.fetch_prefix(wheel, member, tables.end, cache, log)
+            view = _view(lambda: elfstub.read_view(data, tables, sp.lib), pin, member)
+        else:
+            stored = members.fetch(pin, lambda n: n == member, cache, "", log, what=member, wheel=wheel)[member]
+            try:
+                view = _view(lambda: elfstub.view_of_file(stored)[0], pin, member)
+            finally:
+                stored.unlink(missing_ok=True)  # the stub is what the build keeps; the library is ~100-500 MB
+        if view.digest() != sp.digest:
+            raise members.MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
+                                      f"{sp.digest[:16]}…; refusing it (re-pin with `oeq-wheels pins --records` if the "
+                                      "pin is wrong)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(temp_prefix(path.name) + "stub")
+        try:
+            elfstub.write_stub(view, tmp)
+            if elfstub.view_of_file(tmp)[0].digest() != sp.digest:
+                raise elfstub.StubError(f"the stub written for {member} does not read back as its library; "
+                                        "this is a defect of oeq_wheels/elfstub.py")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+
+def _view(read, pin: Pinned, member: str) -> elfstub.View:
+    try:
+        return read()
+    except elfstub.StubError as exc:
+        raise members.MemberError(f"{pin.file}: {member}: {exc}; refusing it") from None
+    except (IndexError, ValueError, UnicodeDecodeError, struct.error):
+        raise members.MemberError(f"{pin.file}: {member}: its symbol tables are not where the pins say; "
+                                  "refusing it") from None

@@ -1,0 +1,191 @@
+"""Link stubs (oeq_wheels/elfstub.py, oeq_wheels/stubstore.py): a library's dynamic symbols and nothing else give
+the linker's output byte for byte; a stub is made from a whole library or from the first bytes of its member, and
+used only with the pinned digest. The full-size proof (the 20 release wheels from stubs equal those from the
+libraries) is bench/run.py --fetch-equal."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fake_registry import Registry
+from oeq_wheels import elfstub, fetch, inputs, members, pins as P
+from test_members import wheel
+
+LIB = r"""
+int v1_foo(void) { return 1; }
+int v2_foo(void) { return 2; }
+__asm__(".symver v1_foo, foo@V1");
+__asm__(".symver v2_foo, foo@@V2");
+int bar(int x) { return x + 1; }
+int baz(int x) __attribute__((weak, alias("bar")));
+int table[7] = {1};
+__thread int tls_counter;
+"""
+# The library's bulk, after its symbol tables (as NVIDIA's code is): incompressible, so that a fetch of the whole
+# member shows in the bytes sent.
+PAD = "const unsigned char pad[] = {" + ",".join(str(b) for b in os.urandom(512 << 10)) + "};\n"
+VERSIONS = "V1 { global: bar; pad; local: *; };\nV2 { global: baz; table; tls_counter; } V1;\n"
+USER = r"""
+extern int foo(void); extern int bar(int); extern int baz(int); extern int table[]; extern __thread int tls_counter;
+int use(void) { return foo() + bar(1) + baz(2) + table[3] + tls_counter; }
+"""
+SONAME = "libtest.so.1"
+
+
+def _cc(*args: str) -> None:
+    subprocess.run(["gcc", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """A versioned library (two versions of one symbol, a weak alias, an object, a TLS variable) and an object
+    that uses each of them."""
+    d = tmp_path_factory.mktemp("elfstub")
+    (d / "lib.c").write_text(LIB + PAD)
+    (d / "v.map").write_text(VERSIONS)
+    (d / "use.c").write_text(USER)
+    (d / "real").mkdir()
+    _cc("-shared", "-fPIC", "-O1", str(d / "lib.c"), f"-Wl,--version-script={d / 'v.map'}", f"-Wl,-soname,{SONAME}",
+        "-o", str(d / "real" / "libtest.so"))
+    _cc("-c", "-fPIC", "-O1", str(d / "use.c"), "-o", str(d / "use.o"))
+    return {"dir": d, "lib": d / "real" / "libtest.so", "use": d / "use.o"}
+
+
+def _link_against(built, libdir: Path, out: Path) -> bytes:
+    _cc("-shared", str(built["use"]), "-Wl,--no-as-needed", f"-L{libdir}", "-ltest", "-o", str(out))
+    return out.read_bytes()
+
+
+def test_linking_against_the_stub_gives_the_same_bytes_as_the_library(built, tmp_path):
+    view, _ = elfstub.view_of_file(built["lib"])
+    names = {s[0] for s in view.symbols}
+    assert {"foo", "bar", "baz", "table", "tls_counter", "V1", "V2"} <= names
+    stub = elfstub.write_stub(view, tmp_path / "stub" / "libtest.so")
+    assert stub.stat().st_size < built["lib"].stat().st_size // 10
+    assert elfstub.view_of_file(stub)[0] == view  # the stub reads back as the library
+    real = _link_against(built, built["lib"].parent, tmp_path / "real.so")
+    assert _link_against(built, stub.parent, tmp_path / "stubbed.so") == real
+    syms = subprocess.run(["readelf", "--dyn-syms", "-W", str(tmp_path / "real.so")], capture_output=True,
+                          text=True).stdout
+    assert "foo@V2" in syms and "tls_counter@V2" in syms  # the versions the comparison covers
+
+
+def test_a_stub_that_lost_a_symbol_changes_the_output(built, tmp_path):
+    """The comparison above can fail: a stub without baz's weak alias links to other bytes (or not at all)."""
+    view, _ = elfstub.view_of_file(built["lib"])
+    poorer = elfstub.View(view.machine, view.osabi, view.flags, view.soname, view.verdefs,
+                          tuple(s for s in view.symbols if s[0] != "table"))
+    stub = elfstub.write_stub(poorer, tmp_path / "stub" / "libtest.so")
+    real = _link_against(built, built["lib"].parent, tmp_path / "real.so")
+    try:
+        assert _link_against(built, stub.parent, tmp_path / "stubbed.so") != real
+    except subprocess.CalledProcessError:
+        pass
+
+
+def test_the_first_bytes_give_the_same_view_as_the_whole_library(built):
+    data = built["lib"].read_bytes()
+    view, tables = elfstub.view_of_file(built["lib"])
+    assert tables.end < len(data) // 4  # the 1 MB of code and data lie after the tables
+    assert elfstub.read_view(data[:tables.end], tables, SONAME) == view
+    assert elfstub.Tables.from_list(tables.to_list()) == tables
+    with pytest.raises(elfstub.StubError, match="the tables end at"):
+        elfstub.read_view(data[:tables.end - 1], tables, SONAME)
+
+
+def test_what_is_not_a_64_bit_little_endian_library_is_refused_in_one_line(tmp_path):
+    for body, why in ((b"MZ" + bytes(100), "not an ELF file"),
+                      (b"\x7fELF\x01\x01\x01" + bytes(100), "not a 64-bit little-endian ELF file")):
+        path = tmp_path / "libx.so"
+        path.write_bytes(body)
+        with pytest.raises(elfstub.StubError) as err:
+            elfstub.view_of_file(path)
+        assert str(err.value) == f"libx.so: {why}" or str(err.value).startswith(f"libx.so: {why}")
+
+
+# ---------------------------------------------------------------- the stub store, against a loopback registry
+
+NAME = "nvidia_x-1.0-py3-none-manylinux_2_27_x86_64.whl"
+MEMBER = "nvidia/cu13/lib/libtest.so.1"
+
+
+@pytest.fixture
+def served(monkeypatch, built):
+    """A wheel holding the library on a loopback registry; yields (registry, body, record, pin without stubs)."""
+    reg = Registry()
+    body, record = wheel({"nvidia/cu13/include/t.h": b"int use(void);\n", MEMBER: built["lib"].read_bytes()})
+    reg.add("nvidia-x", NAME, body)
+    with reg.serve() as index:
+        monkeypatch.setenv("PIP_INDEX_URL", index)
+        monkeypatch.delenv("OEQ_WHEELS_FETCH", raising=False)
+        yield reg, body, P.Pinned("nvidia-x", "1.0", NAME, hashlib.sha256(body).hexdigest(), (SONAME,),
+                                  hashlib.sha256(record).hexdigest())
+
+
+def _stub_pin(built, prefix: bool, digest: str | None = None) -> P.StubPin:
+    view, tables = elfstub.view_of_file(built["lib"])
+    return P.StubPin(SONAME, digest or view.digest(), tuple(tables.to_list()) if prefix else ())
+
+
+@pytest.mark.parametrize("prefix", [True, False], ids=["first-bytes", "whole-member"])
+def test_the_tree_holds_the_stub_and_the_library_is_fetched_in_part_or_not_kept(served, built, tmp_path, prefix):
+    reg, body, pin = served
+    pin = dataclasses.replace(pin, stubs=(_stub_pin(built, prefix),))
+    cache = tmp_path / "cache"
+    got = fetch.ensure([pin], cache)
+    tree = inputs.cuda_tree([(pin, got[NAME])], cache)
+    lib = tree / "nvidia" / "cu13" / "lib" / SONAME
+    assert elfstub.view_of_file(lib)[0] == elfstub.view_of_file(built["lib"])[0]
+    assert lib.read_bytes() != built["lib"].read_bytes()
+    size = built["lib"].stat().st_size
+    assert (reg.sent[NAME] < 256 << 10) == prefix, reg.sent  # the first bytes only, or the 512 KB as well
+    stored = [p for p in (cache / "members").rglob("*") if p.is_file() and p.stat().st_size == size]
+    assert not stored  # the library itself is never kept
+    shutil.rmtree(tree)
+    sent = reg.sent[NAME]
+    inputs._checked.clear()
+    inputs.cuda_tree([(pin, got[NAME])], cache)  # a second tree: the stub is stored, the library not fetched again
+    assert reg.sent[NAME] - sent < 64 << 10
+
+
+@pytest.mark.parametrize("prefix", [True, False], ids=["first-bytes", "whole-member"])
+def test_a_library_whose_symbols_are_not_the_pinned_ones_is_refused(served, built, tmp_path, prefix):
+    _, _, pin = served
+    pin = dataclasses.replace(pin, stubs=(_stub_pin(built, prefix, digest="0" * 64),))
+    cache = tmp_path / "cache"
+    with pytest.raises(members.MemberError) as err:
+        inputs.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
+    line = str(err.value)
+    assert "\n" not in line and f"{MEMBER} exports symbols of digest" in line and "pinned 0000000000000000" in line
+    assert not [p for p in (cache / "stubs").rglob("*") if p.is_file()] if (cache / "stubs").exists() else True
+    assert not list((cache / "extract").glob("cuda-*"))
+
+
+def test_tables_pinned_in_the_wrong_place_are_refused(served, built, tmp_path):
+    _, _, pin = served
+    good = _stub_pin(built, True)
+    moved = list(good.tables)
+    moved[0] += 8  # dynsym shifted by a third of an entry
+    pin = dataclasses.replace(pin, stubs=(P.StubPin(SONAME, good.digest, tuple(moved)),))
+    cache = tmp_path / "cache"
+    with pytest.raises(members.MemberError, match=f"{MEMBER}") as err:
+        inputs.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
+    assert "\n" not in str(err.value)
+
+
+def test_every_linked_library_of_the_pinned_wheels_has_a_stub_pin():
+    """pins.toml names a stub for each library the builds link (torch's linked libraries, NVIDIA's libs)."""
+    pins = P.load()
+    torch_libs = {f"lib{l}.so" for l in pins.torch_libs}
+    wheels = [*pins.oeq_binary_inputs(), *pins.matrix.nvidia, *pins.matrix.torch_wheels.values()]
+    wheels = [w for w in wheels if w.name == "torch" or w.name.startswith("nvidia-")]
+    assert wheels
+    for w in wheels:
+        want = torch_libs if w.name == "torch" else set(w.libs)
+        assert {s.lib for s in w.stubs} == want, w.file
