@@ -84,7 +84,7 @@ def isolated_cache(cache: Path, tmp: Path) -> Path:
     """A cache sharing downloads and unpacked inputs, with an empty object cache."""
     root = tmp / "cache"
     root.mkdir()
-    for sub in ("downloads", "members", "extract"):
+    for sub in ("downloads", "members", "stubs", "extract"):
         (cache / sub).mkdir(parents=True, exist_ok=True)  # a fresh cache has none yet
         (root / sub).symlink_to(cache / sub)
     return root
@@ -202,6 +202,19 @@ def cold_start(venv: Path, wheel: Path, oeq_wheel: Path, cache: Path, tmp: Path,
     return out
 
 
+def inputs_on_disk(cache: Path) -> int:
+    """Bytes of a cache's inputs (downloads, members, link stubs, unpacked trees), each file once however many
+    hard links it has; the object cache and verdicts are outputs, not inputs."""
+    seen, total = set(), 0
+    for part in ("downloads", "members", "stubs", "extract"):
+        for p in (cache / part).rglob("*"):
+            st = p.lstat()
+            if p.is_file() and not p.is_symlink() and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
 def fetch_equal() -> int:
     """The full-size proof that both fetches give the same wheels: `build` of every wheel twice, each in an empty
     cache of its own, once fetching members by range (the default) and once OEQ_WHEELS_FETCH=whole; prints each
@@ -220,11 +233,31 @@ def fetch_equal() -> int:
             wheels = sorted([*out.glob("*.whl"), *extra_dir(out).glob("*.whl")])
             got[mode] = {w.name: sha256_file(w) for w in wheels}
             print(f"fetch-equal: {mode}: {len(wheels)} wheels in {time.monotonic() - t0:.0f} s, "
-                  f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded", file=sys.stderr)
+                  f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded, {inputs_on_disk(cache) / 2**20:.0f} MiB of "
+                  "inputs on disk", file=sys.stderr)
     print("| wheel | sha256 (members) | equal to whole files |\n|---|---|---|")
     for name in sorted(set(got["members"]) | set(got["whole"])):
         print(f"| {name} | {got['members'].get(name, '-')} | {got['members'].get(name) == got['whole'].get(name)} |")
     return 0 if got["members"] == got["whole"] and got["members"] else 1
+
+
+def throttled(mbit: float) -> int:
+    """A fresh `build` of every wheel (members, empty cache) with every download through a local proxy held to
+    mbit Mbit/s (bench/throttle.py): the build as on a user's slower line."""
+    import suite
+    from throttle import Throttle
+    with tempfile.TemporaryDirectory(prefix="oeq-throttle-") as t, Throttle(mbit) as proxy:
+        cache, out = Path(t) / "cache", Path(t) / "dist"
+        env = dict(os.environ, OEQ_WHEELS_CACHE=str(cache), HTTPS_PROXY=proxy, https_proxy=proxy,
+                   PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]))
+        env.pop("OEQ_WHEELS_FETCH", None)
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "oeq_wheels", "build", str(out), "-q"], env=env, check=True)
+        took = time.monotonic() - t0
+        wheels = [*out.glob("*.whl"), *extra_dir(out).glob("*.whl")]
+        print(f"throttle: {len(wheels)} wheels in {took:.0f} s at {mbit:g} Mbit/s, "
+              f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded", file=sys.stderr)
+    return 0
 
 
 def main() -> int:
@@ -236,7 +269,11 @@ def main() -> int:
     ap.add_argument("--second", action="store_true", help="with --suite: make test a second time in that clone")
     ap.add_argument("--fetch-equal", action="store_true",
                     help="only: every wheel built from members fetched by range equals the one built from whole files")
+    ap.add_argument("--throttle", type=float, metavar="MBIT",
+                    help="only: a fresh build of every wheel with its downloads held to MBIT Mbit/s")
     args = ap.parse_args()
+    if args.throttle:
+        return throttled(args.throttle)
     if args.suite:
         import suite
         return suite.main(args.second)
