@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from . import elfstub, members
-from .files import temp_prefix
+from .files import sweep_stale, temp_prefix
 from .pins import Pinned, StubPin
 
 _locks: dict[str, threading.Lock] = {}
@@ -63,6 +63,7 @@ def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, lo
                                       f"{sp.digest[:16]}…; refusing it (re-pin with `oeq-wheels pins --records` if the "
                                       "pin is wrong)")
         path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(path.parent)  # a stub half-written by a run that was killed
         tmp = path.with_name(temp_prefix(path.name) + "stub")
         try:
             elfstub.write_stub(view, tmp)
