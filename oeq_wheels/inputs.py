@@ -19,6 +19,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from . import members, stubstore
 from .errors import OeqWheelsError
 from .files import stat_key, temp_prefix, write_atomic
 from .pins import Pinned
@@ -193,23 +194,37 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
         shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None) -> None:
-    """Every member of a wheel that satisfies wanted(name), into root: from a downloaded wheel (a path), or
-    fetched by member (a fetch.Remote; it falls back to the whole wheel where members cannot be had)."""
+def _stubbed(pin: Pinned) -> dict:
+    """The pin's libraries that trees hold link stubs of (library name -> StubPin): all its pinned stubs, except
+    under OEQ_WHEELS_FETCH=whole, where trees hold the libraries themselves (bench/run.py --fetch-equal compares)."""
+    return {s.lib: s for s in pin.stubs} if members.mode() == "members" else {}
+
+
+def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, cache: Path) -> None:
+    """Every member of a wheel that satisfies wanted(name), into root, the libraries the pins stub as their link
+    stubs: from a downloaded wheel (a path), or fetched by member (a fetch.Remote; it falls back to the whole wheel
+    where members cannot be had)."""
     if not isinstance(wheel, (str, Path)):
         wheel = wheel.unpack(wanted, root)
         if wheel is None:
             return
+    stubbed = _stubbed(pin)
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
-            if not info.is_dir() and wanted(info.filename):
+            if info.is_dir() or not wanted(info.filename):
+                continue
+            lib = info.filename.rsplit("/", 1)[-1]
+            if lib in stubbed:
+                dest = root / info.filename
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(stubstore.from_zip(zf, info, pin, stubbed[lib], cache), dest)
+            else:
                 _extract_member(zf, info, root, blobs)
 
 
-def _stubs_key(wheels) -> str:
-    """A tree name's part for the link stubs in it: trees of fetched members hold the pinned libraries' stubs
-    (fetch.Remote.unpack), trees of whole wheels the libraries themselves (OEQ_WHEELS_FETCH=whole)."""
-    digests = [s.digest for wheel, pin in wheels if not isinstance(wheel, (str, Path)) for s in pin.stubs]
+def _stubs_key(pins) -> str:
+    """A tree name's part for the link stubs in it (trees of the same wheel with libraries or stubs differ)."""
+    digests = [s.digest for pin in pins for s in _stubbed(pin).values()]
     return "-stubs" + hashlib.sha256(" ".join(digests).encode()).hexdigest()[:8] if digests else ""
 
 
@@ -222,11 +237,11 @@ def torch_tree(wheel: Path, pin: Pinned, cache: Path, link_libs: frozenset[str])
                 or (name.startswith("torch/lib/") and Path(name).name in link_libs))
 
     def fill(tmp: Path) -> None:
-        _unpack_wheel(wheel, wanted, tmp, blobs)
+        _unpack_wheel(wheel, wanted, tmp, blobs, pin, cache)
 
     libs_key = hashlib.sha256(" ".join(sorted(link_libs)).encode()).hexdigest()[:8]
     return _atomic_tree(cache / "extract" / f"torch-{pin.version}-{pin.sha256[:16]}-{libs_key}"
-                        f"{_stubs_key([(wheel, pin)])}", fill)
+                        f"{_stubs_key([pin])}", fill)
 
 
 def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
@@ -246,9 +261,9 @@ def cuda_tree(wheels: list[tuple[Pinned, Path]], cache: Path) -> Path:
 
     def fill(tmp: Path) -> None:
         for pin, wheel in wheels:
-            _unpack_wheel(wheel, wanted_of(pin), tmp, None)
+            _unpack_wheel(wheel, wanted_of(pin), tmp, None, pin, cache)
 
-    return _atomic_tree(cache / "extract" / f"cuda-{key}{_stubs_key([(w, p) for p, w in wheels])}", fill)
+    return _atomic_tree(cache / "extract" / f"cuda-{key}{_stubs_key([p for p, _ in wheels])}", fill)
 
 
 def pybind11_include(wheel: Path, pin: Pinned, cache: Path) -> Path:

@@ -7,7 +7,10 @@ pins.toml names, for each torch and NVIDIA wheel, the digest of each linked libr
   is used is the view, and its digest must be the pinned one;
 - any other (torch's libraries: patchelf moved their string tables to the end) is fetched whole, checked against
   the pinned RECORD (members.fetch), read, and removed from the member store once its stub is made;
+- a whole wheel at hand (downloaded, checked against its pinned sha256) gives its libraries' stubs the same way;
 - a stub is written from the view and read back: its own view must have the same digest (the writer is faithful).
+In OEQ_WHEELS_FETCH=whole the build links the libraries themselves (inputs.py), which is how bench/run.py
+--fetch-equal shows that stubs change no output byte.
 
 A digest names a view, not a file, so the four CPython wheels of one torch (whose libtorch_cpu.so files differ
 but export the same symbols) share one stub and fetch the library once.
@@ -15,8 +18,10 @@ but export the same symbols) share one stub and fetch the library once.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import threading
+import zipfile
 from pathlib import Path
 
 from . import elfstub, members
@@ -39,13 +44,17 @@ def _usable(path: Path, digest: str) -> bool:
         return False
 
 
+def _lock(digest: str) -> threading.Lock:
+    with _guard:
+        return _locks.setdefault(digest, threading.Lock())
+
+
 def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, log=lambda s: None) -> Path:
-    """The stub of member (a library of the pinned wheel) with the pinned digest: stored, or made now."""
+    """The stub of member (a library of the pinned wheel on its index) with the pinned digest: stored, or made now
+    from the member's first bytes or the whole member, fetched by range."""
     pin = wheel.pin
     path = store_path(cache, sp)
-    with _guard:
-        lock = _locks.setdefault(sp.digest, threading.Lock())
-    with lock:  # the CPython builds of one torch want the same stubs: make each once
+    with _lock(sp.digest):  # the CPython builds of one torch want the same stubs: make each once
         if _usable(path, sp.digest):
             return path
         if sp.tables:
@@ -58,22 +67,46 @@ def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, lo
                 view = _view(lambda: elfstub.view_of_file(stored)[0], pin, member)
             finally:
                 stored.unlink(missing_ok=True)  # the stub is what the build keeps; the library is ~100-500 MB
-        if view.digest() != sp.digest:
-            raise members.MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
-                                      f"{sp.digest[:16]}…; refusing it (re-pin with `oeq-wheels pins --records` if the "
-                                      "pin is wrong)")
+        return _store(view, pin, sp, member, path)
+
+
+def from_zip(zf: zipfile.ZipFile, info: zipfile.ZipInfo, pin: Pinned, sp: StubPin, cache: Path) -> Path:
+    """The stub of a library in a whole wheel at hand (downloaded and checked against its pinned sha256): stored,
+    or made now from the member, read out to a temporary file and removed."""
+    path = store_path(cache, sp)
+    with _lock(sp.digest):
+        if _usable(path, sp.digest):
+            return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(path.parent)  # a stub half-written by a run that was killed
-        tmp = path.with_name(temp_prefix(path.name) + "stub")
+        sweep_stale(path.parent)
+        tmp = path.with_name(temp_prefix(path.name) + "lib")
         try:
-            elfstub.write_stub(view, tmp)
-            if elfstub.view_of_file(tmp)[0].digest() != sp.digest:
-                raise elfstub.StubError(f"the stub written for {member} does not read back as its library; "
-                                        "this is a defect of oeq_wheels/elfstub.py")
-            os.replace(tmp, path)
+            with zf.open(info) as src, open(tmp, "wb") as dst:  # zipfile checks the CRC at the end
+                shutil.copyfileobj(src, dst, 1 << 22)
+            view = _view(lambda: elfstub.view_of_file(tmp)[0], pin, info.filename)
         finally:
             tmp.unlink(missing_ok=True)
-        return path
+        return _store(view, pin, sp, info.filename, path)
+
+
+def _store(view: elfstub.View, pin: Pinned, sp: StubPin, member: str, path: Path) -> Path:
+    """Write the stub of a view with the pinned digest, checked by reading it back; refuse any other view."""
+    if view.digest() != sp.digest:
+        raise members.MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
+                                  f"{sp.digest[:16]}…; refusing it (re-pin with `oeq-wheels pins --records` if the "
+                                  "pin is wrong)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(path.parent)  # a stub half-written by a run that was killed
+    tmp = path.with_name(temp_prefix(path.name) + "stub")
+    try:
+        elfstub.write_stub(view, tmp)
+        if elfstub.view_of_file(tmp)[0].digest() != sp.digest:
+            raise elfstub.StubError(f"the stub written for {member} does not read back as its library; "
+                                    "this is a defect of oeq_wheels/elfstub.py")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def _view(read, pin: Pinned, member: str) -> elfstub.View:

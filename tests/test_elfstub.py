@@ -189,3 +189,23 @@ def test_every_linked_library_of_the_pinned_wheels_has_a_stub_pin():
     for w in wheels:
         want = torch_libs if w.name == "torch" else set(w.libs)
         assert {s.lib for s in w.stubs} == want, w.file
+
+
+def test_a_whole_wheel_at_hand_gives_the_same_stub_and_whole_mode_the_library(served, built, tmp_path, monkeypatch):
+    """A downloaded wheel (e.g. left by `pins --records` or a stand-in) is read locally: its libraries become the
+    same stubs as from members; under OEQ_WHEELS_FETCH=whole the tree holds the library itself."""
+    _, body, pin = served
+    pin = dataclasses.replace(pin, stubs=(_stub_pin(built, False),))
+    whole = tmp_path / NAME
+    whole.write_bytes(body)
+    lib = Path("nvidia") / "cu13" / "lib" / SONAME
+    from_members = inputs.cuda_tree([(pin, fetch.ensure([pin], tmp_path / "c1")[NAME])], tmp_path / "c1") / lib
+    at_hand = inputs.cuda_tree([(pin, whole)], tmp_path / "c2") / lib
+    assert at_hand.read_bytes() == from_members.read_bytes() != built["lib"].read_bytes()
+    assert not [p for p in (tmp_path / "c2" / "stubs").rglob("*") if p.is_file() and p.name != SONAME]  # no leftovers
+    monkeypatch.setenv("OEQ_WHEELS_FETCH", "whole")
+    assert (inputs.cuda_tree([(pin, whole)], tmp_path / "c3") / lib).read_bytes() == built["lib"].read_bytes()
+    monkeypatch.delenv("OEQ_WHEELS_FETCH")
+    bad = dataclasses.replace(pin, stubs=(_stub_pin(built, False, digest="1" * 64),))
+    with pytest.raises(members.MemberError, match=f"{MEMBER} exports symbols of digest .*pinned 1111"):
+        inputs.cuda_tree([(bad, whole)], tmp_path / "c4")
