@@ -136,6 +136,12 @@ def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path
     return platform
 
 
+def _when_made(tree, fn, *args):
+    """fn(*args) once the background download of its tree (a future) has ended; its error is this wheel's."""
+    tree.result()
+    return fn(*args)
+
+
 def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
     """The fastmace-oeq-ext wheel of one Python."""
     p, tag = sh.pins, interp.cp_tag
@@ -357,31 +363,44 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
             if ext_wanted else None
         pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve() \
             if ext_wanted else None
-        line_builds = {l.key: LineBuild(l, stable_trees(pins, l, files, cache), toolchains[l.arch.name],
-                                        objects.with_toolchain(toolchains[l.arch.name])) for l in oeq_lines}
-    sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain, objects, line_builds,
+    # The torch trees (the large fetches: a library's stub needs it whole once) are made one after another in the
+    # background, the OEq lines' first and then fastmace-oeq-ext's, so that the compilers start on the first line
+    # while the rest downloads; on a slow network the download would otherwise idle them (bench/run.py --throttle).
+    # Each wheel waits for its own trees only; an error is raised where a tree is used.
+    downloads = ThreadPoolExecutor(1, thread_name_prefix="trees")
+    line_trees = {l.key: downloads.submit(stable_trees, pins, l, files, cache) for l in oeq_lines}
+    ext_trees = {v: downloads.submit(inputs.torch_tree, files[pin.file], pin, cache, pins.torch_needed)
+                 for v in ext_wanted for pin in [pins.matrix.torch_wheel(pins_mod.cp_tag(v))]}
+    sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain, objects, {},
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
                                   *verify.default_forbidden_paths()}))
     rows, failures = [], {}
-    oeq_jobs = []  # (line build, Python) of every OEq wheel whose line prepared
+    oeq_pythons = {l.key: [v for v in wanted if v in l.pythons] for l in oeq_lines}
     try:
-        for lb in sh.lines.values():
-            line_wanted = [v for v in wanted if v in lb.line.pythons]
-            if not line_wanted:
-                continue
-            try:
-                prepare_line(sh, lb, jobs)
-                oeq_jobs += [(lb, v) for v in line_wanted]
-            except Interrupted:
-                raise
-            except OeqWheelsError as exc:
-                for v in line_wanted:
-                    failures[f"openequivariance {lb.line.key} {pins_mod.cp_tag(v)}"] = str(exc)
-        with ThreadPoolExecutor(max(1, len(ext_wanted) + len(oeq_jobs))) as pool:
-            futs = {pool.submit(build_one, sh, interps[v], outdir, force): f"{pins.package_name} {pins_mod.cp_tag(v)}"
-                    for v in ext_wanted}
-            futs.update({pool.submit(build_oeq_binary, sh, lb, interps[v], extra, force):
-                         f"openequivariance {lb.line.key} {pins_mod.cp_tag(v)}" for lb, v in oeq_jobs})
+        # Each wheel starts as soon as its inputs are there: a line's wheels once its AOTI library is linked (the
+        # next line's trees download meanwhile); fastmace-oeq-ext's once its torch tree is made. ObjectCache holds
+        # the compilers to `jobs` at a time.
+        with ThreadPoolExecutor(max(1, len(ext_wanted) + sum(map(len, oeq_pythons.values())))) as pool:
+            futs = {pool.submit(_when_made, ext_trees[v], build_one, sh, interps[v], outdir, force):
+                    f"{pins.package_name} {pins_mod.cp_tag(v)}" for v in ext_wanted}
+            for l in oeq_lines:
+                line_wanted = oeq_pythons[l.key]
+                try:
+                    with Stage(f"oeq-{l.key}", "unpack"):
+                        trees = line_trees[l.key].result()
+                    lb = sh.lines[l.key] = LineBuild(l, trees, toolchains[l.arch.name],
+                                                     objects.with_toolchain(toolchains[l.arch.name]))
+                    if not line_wanted:
+                        continue
+                    prepare_line(sh, lb, jobs)
+                except Interrupted:
+                    raise
+                except OeqWheelsError as exc:
+                    for v in line_wanted:
+                        failures[f"openequivariance {l.key} {pins_mod.cp_tag(v)}"] = str(exc)
+                    continue
+                futs.update({pool.submit(build_oeq_binary, sh, lb, interps[v], extra, force):
+                             f"openequivariance {l.key} {pins_mod.cp_tag(v)}" for v in line_wanted})
             for fut, who in futs.items():
                 try:
                     result = fut.result()
@@ -391,6 +410,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                 except OeqWheelsError as exc:  # report every wheel, then fail
                     failures[who] = str(exc)
     finally:
+        downloads.shutdown(cancel_futures=True)  # a stopped run: the one download under way ends (members checks)
         for lb in sh.lines.values():
             if lb.tmp is not None:
                 shutil.rmtree(lb.tmp, ignore_errors=True)

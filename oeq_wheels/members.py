@@ -39,6 +39,7 @@ from . import registry
 from .errors import OeqWheelsError
 from .files import temp_prefix, sweep_stale
 from .pins import Pinned
+from .stop import stop_if_cancelled
 
 LEDGER = "fetched.jsonl"   # cache/members/: one line per range fetch {wheel, bytes, seconds}, for bench/run.py
 GAP = 1 << 20              # members closer than this are fetched in one request (the headers lie together)
@@ -214,6 +215,7 @@ def _fetch_span(wheel: RemoteWheel, group: list[Member], tmp: Path) -> tuple[Pat
                 raise Unsupported(f"{wheel.pin.file}: the file host ignored a range request (HTTP {r.status})")
             n = 0
             while chunk := r.read(CHUNK):
+                stop_if_cancelled()  # a stopped run does not wait for a 340 MB library to arrive
                 f.write(chunk)
                 n += len(chunk)
     except OSError as exc:
