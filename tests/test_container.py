@@ -149,7 +149,7 @@ def test_container_build_equals_the_host_build_and_reuses_its_volume(eng, cp311_
         {n: b for n, b in got.items() if (tmp_path / "a" / n).exists()}
     assert not eng.ours()
     with capsys.disabled():
-        print(f"\n[{eng.kind}] container build: first {t1:.1f} s (volume seeded with {eng.seeded} stored members), "
+        print(f"\n[{eng.kind}] container build: first {t1:.1f} s (volume seeded with {eng.seeded} stored members and stubs), "
               f"second {t2:.1f} s (volume reused)")
 
 
