@@ -215,24 +215,30 @@ def inputs_on_disk(cache: Path) -> int:
     return total
 
 
+def fresh_build(cache: Path, out: Path, **env) -> tuple[list[Path], float]:
+    """`build` of every wheel into out, with cache as its cache and env added: (the wheels, seconds)."""
+    env = dict(os.environ, OEQ_WHEELS_CACHE=str(cache), PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]),
+               **env)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "oeq_wheels", "build", str(out), "-q"], env=env, check=True)
+    return sorted([*out.glob("*.whl"), *extra_dir(out).glob("*.whl")]), time.monotonic() - t0
+
+
 def fetch_equal() -> int:
     """The full-size proof that both fetches give the same wheels: `build` of every wheel twice, each in an empty
     cache of its own, once fetching members by range (the default) and once OEQ_WHEELS_FETCH=whole; prints each
-    wheel's sha256 and the downloaded bytes of each, exits 1 on any difference. make test proves the same on a
-    small wheel (tests/test_members.py); this costs two full builds and about 7 GB of temporary disk."""
+    wheel's sha256 and the downloaded bytes of each, exits 1 on any difference. make test proves the parts on small
+    files (tests/test_members.py: members give the wheel's trees; tests/test_elfstub.py: a stub links as its
+    library); this costs two full builds and about 7 GB of temporary disk."""
     import suite
     from oeq_wheels.files import sha256_file
     got = {}
     with tempfile.TemporaryDirectory(prefix="oeq-fetch-equal-") as t:
         for mode in ("members", "whole"):
-            cache, out = Path(t) / mode / "cache", Path(t) / mode / "dist"
-            env = dict(os.environ, OEQ_WHEELS_CACHE=str(cache), OEQ_WHEELS_FETCH=mode,
-                       PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]))
-            t0 = time.monotonic()
-            subprocess.run([sys.executable, "-m", "oeq_wheels", "build", str(out), "-q"], env=env, check=True)
-            wheels = sorted([*out.glob("*.whl"), *extra_dir(out).glob("*.whl")])
+            cache = Path(t) / mode / "cache"
+            wheels, took = fresh_build(cache, Path(t) / mode / "dist", OEQ_WHEELS_FETCH=mode)
             got[mode] = {w.name: sha256_file(w) for w in wheels}
-            print(f"fetch-equal: {mode}: {len(wheels)} wheels in {time.monotonic() - t0:.0f} s, "
+            print(f"fetch-equal: {mode}: {len(wheels)} wheels in {took:.0f} s, "
                   f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded, {inputs_on_disk(cache) / 2**20:.0f} MiB of "
                   "inputs on disk", file=sys.stderr)
     print("| wheel | sha256 (members) | equal to whole files |\n|---|---|---|")
@@ -247,14 +253,9 @@ def throttled(mbit: float) -> int:
     import suite
     from throttle import Throttle
     with tempfile.TemporaryDirectory(prefix="oeq-throttle-") as t, Throttle(mbit) as proxy:
-        cache, out = Path(t) / "cache", Path(t) / "dist"
-        env = dict(os.environ, OEQ_WHEELS_CACHE=str(cache), HTTPS_PROXY=proxy, https_proxy=proxy,
-                   PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]))
-        env.pop("OEQ_WHEELS_FETCH", None)
-        t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "oeq_wheels", "build", str(out), "-q"], env=env, check=True)
-        took = time.monotonic() - t0
-        wheels = [*out.glob("*.whl"), *extra_dir(out).glob("*.whl")]
+        cache = Path(t) / "cache"
+        wheels, took = fresh_build(cache, Path(t) / "dist", OEQ_WHEELS_FETCH="members", HTTPS_PROXY=proxy,
+                                   https_proxy=proxy)
         print(f"throttle: {len(wheels)} wheels in {took:.0f} s at {mbit:g} Mbit/s, "
               f"{suite.downloaded(cache) / 2**20:.0f} MiB downloaded", file=sys.stderr)
     return 0

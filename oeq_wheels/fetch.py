@@ -200,7 +200,7 @@ class Remote:
         """Hard-link the members satisfying wanted(name) into root, and for the libraries among them that the pins
         stub, their link stubs (oeq_wheels.stubstore); or, where the index or file host cannot serve members,
         download the whole wheel and return its path for the caller to unpack."""
-        stubbed = {s.lib: s for s in self.pin.stubs}
+        stubbed = stubstore.stubbed(self.pin)
         lib = lambda name: name.rsplit("/", 1)[-1]  # noqa: E731
         try:
             wheel = members.RemoteWheel(self.pin, index_url())

@@ -19,7 +19,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from . import members, stubstore
+from . import stubstore
 from .errors import OeqWheelsError
 from .files import stat_key, temp_prefix, write_atomic
 from .pins import Pinned
@@ -194,12 +194,6 @@ def _extract_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, blob
         shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def _stubbed(pin: Pinned) -> dict:
-    """The pin's libraries that trees hold link stubs of (library name -> StubPin): all its pinned stubs, except
-    under OEQ_WHEELS_FETCH=whole, where trees hold the libraries themselves (bench/run.py --fetch-equal compares)."""
-    return {s.lib: s for s in pin.stubs} if members.mode() == "members" else {}
-
-
 def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, cache: Path) -> None:
     """Every member of a wheel that satisfies wanted(name), into root, the libraries the pins stub as their link
     stubs: from a downloaded wheel (a path), or fetched by member (a fetch.Remote; it falls back to the whole wheel
@@ -208,7 +202,7 @@ def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, ca
         wheel = wheel.unpack(wanted, root)
         if wheel is None:
             return
-    stubbed = _stubbed(pin)
+    stubbed = stubstore.stubbed(pin)
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             if info.is_dir() or not wanted(info.filename):
@@ -224,7 +218,7 @@ def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, ca
 
 def _stubs_key(pins) -> str:
     """A tree name's part for the link stubs in it (trees of the same wheel with libraries or stubs differ)."""
-    digests = [s.digest for pin in pins for s in _stubbed(pin).values()]
+    digests = [s.digest for pin in pins for s in stubstore.stubbed(pin).values()]
     return "-stubs" + hashlib.sha256(" ".join(digests).encode()).hexdigest()[:8] if digests else ""
 
 

@@ -227,24 +227,27 @@ def _fetch_span(wheel: RemoteWheel, group: list[Member], tmp: Path) -> tuple[Pat
     return path, start
 
 
+def _to_data(f, wheel: RemoteWheel, m: Member, span_start: int):
+    """Seek f (a span) past the member's local header to its data; return the inflater it needs (None: stored)."""
+    f.seek(m.info.header_offset - span_start)
+    head = f.read(30)
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+        raise MemberError(f"{wheel.pin.file}: member {m.name} has no local header where the directory says")
+    f.seek(int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little"), 1)
+    if m.info.compress_type == zipfile.ZIP_DEFLATED:
+        return zlib.decompressobj(-15)
+    if m.info.compress_type != zipfile.ZIP_STORED:
+        raise MemberError(f"{wheel.pin.file}: member {m.name} uses compression {m.info.compress_type}")
+    return None
+
+
 def _unpack(wheel: RemoteWheel, m: Member, span: Path, span_start: int, cache: Path) -> None:
     """Decompress one member out of its span into the store, under its sha256 only if RECORD's sha256 matches."""
     dest = store_path(cache, m.sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(span, "rb") as f:
-        f.seek(m.info.header_offset - span_start)
-        head = f.read(30)
-        if len(head) < 30 or head[:4] != b"PK\x03\x04":
-            raise MemberError(f"{wheel.pin.file}: member {m.name} has no local header where the directory says")
-        name_len, extra_len = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
-        f.seek(name_len + extra_len, 1)
+        inflate = _to_data(f, wheel, m, span_start)
         left = m.info.compress_size
-        if m.info.compress_type == zipfile.ZIP_DEFLATED:
-            inflate = zlib.decompressobj(-15)
-        elif m.info.compress_type != zipfile.ZIP_STORED:
-            raise MemberError(f"{wheel.pin.file}: member {m.name} uses compression {m.info.compress_type}")
-        else:
-            inflate = None
         digest, size = hashlib.sha256(), 0
         tmp = dest.with_name(temp_prefix(dest.name) + f"{threading.get_ident()}.tmp")
         try:
@@ -290,11 +293,7 @@ def fetch(pin: Pinned, wanted, cache: Path, index: str, log=lambda s: None, what
     with _fetch_lock:  # the CPython builds of one torch want the same libtorch: fetch it once, not four times
         _fetch_missing(wheel, members, cache, root)
     took = time.monotonic() - t0
-    with _store_lock, open(root / LEDGER, "a") as ledger:
-        wheel.counted = wheel.fetched
-        ledger.write(json.dumps({"wheel": pin.file, "what": what, "bytes": wheel.fetched - fetched_before,
-                                 "seconds": round(took, 2), "members": len(members),
-                                 "fetched": wheel.fetched_members}) + "\n")
+    _ledger(wheel, root, what, took, len(members), wheel.fetched_members)
     log(f"fetched {wheel.fetched_members} of {len(members)} needed members of {pin.file} by range "
         f"({(wheel.fetched - fetched_before) / 1e6:.0f} of {wheel.file.size / 1e6:.0f} MB, {took:.0f}s)")
     return out
@@ -313,6 +312,14 @@ def _fetch_missing(wheel: RemoteWheel, members: list[Member], cache: Path, root:
                         _unpack(wheel, m, span, start, cache)
                 finally:
                     span.unlink()
+
+
+def _ledger(wheel: RemoteWheel, root: Path, what: str, took: float, wanted: int, fetched: int) -> None:
+    """One line of the ledger: the bytes this request on the wheel took (the central directory's with its first)."""
+    with _store_lock, open(root / LEDGER, "a") as ledger:
+        ledger.write(json.dumps({"wheel": wheel.pin.file, "what": what, "bytes": wheel.fetched - wheel.counted,
+                                 "seconds": round(took, 2), "members": wanted, "fetched": fetched}) + "\n")
+        wheel.counted = wheel.fetched
 
 
 def fetch_prefix(wheel: RemoteWheel, name: str, size: int, cache: Path, log=lambda s: None) -> bytes:
@@ -335,29 +342,17 @@ def fetch_prefix(wheel: RemoteWheel, name: str, size: int, cache: Path, log=lamb
         info.header_offset, info.extra, info.compress_size = m.info.header_offset, m.info.extra, need
         span, start = _fetch_span(wheel, [Member(m.name, m.sha256, need, info)], Path(tmp))
         with open(span, "rb") as f:
-            f.seek(m.info.header_offset - start)
-            head = f.read(30)
-            if len(head) < 30 or head[:4] != b"PK\x03\x04":
-                raise MemberError(f"{pin.file}: member {name} has no local header where the directory says")
-            f.seek(int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little"), 1)
+            inflate = _to_data(f, wheel, m, start)
             raw = f.read(need)
-    if m.info.compress_type == zipfile.ZIP_STORED:
-        data = raw[:size]
-    elif m.info.compress_type == zipfile.ZIP_DEFLATED:
-        try:
-            data = zlib.decompressobj(-15).decompress(raw, size)
-        except zlib.error as exc:
-            raise MemberError(f"{pin.file}: member {name} does not inflate ({exc}); refusing it") from None
-    else:
-        raise MemberError(f"{pin.file}: member {name} uses compression {m.info.compress_type}")
+    try:
+        data = inflate.decompress(raw, size) if inflate else raw[:size]
+    except zlib.error as exc:
+        raise MemberError(f"{pin.file}: member {name} does not inflate ({exc}); refusing it") from None
     if len(data) < size:
         raise MemberError(f"{pin.file}: the first {size} bytes of member {name} are cut short ({len(data)}); "
                           "nothing of it is used")
     took = time.monotonic() - t0
-    with _store_lock, open(root / LEDGER, "a") as ledger:
-        wheel.counted = wheel.fetched
-        ledger.write(json.dumps({"wheel": pin.file, "what": f"{name} (first {size} bytes)", "bytes": wheel.fetched - before,
-                                 "seconds": round(took, 2), "members": 1, "fetched": 1}) + "\n")
+    _ledger(wheel, root, f"{name} (first {size} bytes)", took, 1, 1)
     log(f"fetched the first {size / 1e3:.0f} kB of {name} from {pin.file} by range "
         f"({(wheel.fetched - before) / 1e6:.1f} MB, {took:.1f}s)")
     return data

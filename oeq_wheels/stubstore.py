@@ -32,6 +32,12 @@ _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 
 
+def stubbed(pin: Pinned) -> dict[str, StubPin]:
+    """The pin's libraries that trees hold link stubs of, by file name: all its pinned stubs, except under
+    OEQ_WHEELS_FETCH=whole, where trees hold the libraries themselves (bench/run.py --fetch-equal compares)."""
+    return {s.lib: s for s in pin.stubs} if members.mode() == "members" else {}
+
+
 def store_path(cache: Path, sp: StubPin) -> Path:
     return cache / "stubs" / sp.digest[:2] / sp.digest / sp.lib
 
