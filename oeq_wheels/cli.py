@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 def _container_handoff(args) -> None:
     """Refuse bad input before any work, whichever the runner; then hand a container build to its runner."""
     from . import runner
-    from .pins import load, select_pythons
+    from .pins import load
     if args.python is not None or args.arch is not None:
         from .build import check_arch_names
         pins = load(args.matrix)

@@ -18,7 +18,6 @@ import zipfile
 from pathlib import Path
 
 import tomlkit
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
@@ -27,7 +26,6 @@ from packaging.version import InvalidVersion, Version
 from . import elfstub, fetch, members, pins as pins_mod, registry
 from .errors import UsageError
 from .files import write_atomic
-from .registry import RegistryError
 
 
 class RepinError(UsageError):

@@ -7,7 +7,6 @@ import base64
 import hashlib
 import os
 import zipfile
-from pathlib import Path
 
 import pytest
 

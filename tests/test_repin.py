@@ -85,7 +85,7 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
     # Range reads: one wheel's central directory and two small members, never a whole torch wheel.
     torch_sent = {k: v for k, v in reg.sent.items() if k.startswith("torch-")}
     assert len(torch_sent) == 1 and sum(torch_sent.values()) < len(PAD) / 4, torch_sent
-    assert f"-pythons" not in r.stdout and f'+[matrix."torch-{TORCH}"]' in r.stdout  # the diff is printed
+    assert "-pythons" not in r.stdout and f'+[matrix."torch-{TORCH}"]' in r.stdout  # the diff is printed
     assert "--next-post" in r.stdout  # the released fastmace-oeq-ext name must not be rebuilt
     # A new file's RECORD is not known until one full download (`pins --records`): until then builds take it whole.
     assert not any(w.record for w in new.matrix.torch_wheels.values()) and not any(n.record for n in new.matrix.nvidia)

@@ -4,8 +4,6 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
 from conftest import REPO, unavailable
 
 ENGINE_SH = str(REPO / "tools" / "ci" / "engine.sh")

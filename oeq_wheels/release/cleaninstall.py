@@ -47,7 +47,8 @@ out["usable"], out["reason"], out["extension_version"] = pre.usable, pre.reason,
 item = doctor.check_oeq(doctor.Context(environ=os.environ, hash_models=False))
 out["doctor_ok"], out["doctor"] = item.ok, item.detail
 if pre.usable:
-    plan, handles = rt.prepare_in_process(tempfile.mkdtemp(prefix="fastmace-cache-"))
+    cache = tempfile.TemporaryDirectory(prefix="fastmace-cache-")  # removed at exit, not left in /tmp
+    plan, handles = rt.prepare_in_process(cache.name)
     out["extension"] = plan.extension
     import torch, openequivariance
     from openequivariance._torch import extlib
