@@ -201,15 +201,18 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
 
 def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,
-                             dest: Path) -> tuple[list[str], Path]:
+                             dest: Path, uv_cache: Path | None = None) -> tuple[list[str], Path]:
     """pypi_torch_venv's contents for another architecture: a venv of the emulated CPython X.Y of `arch` at dest
     (oeq_wheels.release.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
-    Not cached: it is the test's own. Returns (the command that runs its interpreter under qemu, its site-packages)."""
+    Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). Returns (the command that
+    runs its interpreter under qemu, its site-packages)."""
     import sys
     from .release import emulated
     runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
     env = _uv_env()
+    if uv_cache:
+        env["UV_CACHE_DIR"] = str(uv_cache)
     target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
     proc.run(target + [f"torch=={torch_version}"], check=True, env=env)

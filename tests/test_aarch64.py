@@ -3,22 +3,27 @@
 No aarch64 machine or GPU is here. What holds: the wheel's ELF files are aarch64 and link like the x86_64
 ones; verify, auditwheel's aarch64 policy and torch-abi-audit pass them; and Debian's arm64 CPython, run by
 qemu, installs PyPI's aarch64 torch and our wheel through the served index (pip and uv, every compiler a
-sentinel) and loads OEq's precompiled extension with its operators (a stub aarch64 libcuda.so.1).
+sentinel) and loads OEq's precompiled extension with its operators (a stub aarch64 libcuda.so.1); FastMACE's own
+code, with the proposed rules, takes that extension there (the rules' aarch64 row). The emulated installs share one
+uv cache of this module's (aarch64_uv_cache).
 """
 import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import run_cli, unavailable
+from conftest import run_cli
+from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import build, debian, pins as P, verify
+from oeq_wheels import build, debian, pins as P, stub, venvs, verify
 from oeq_wheels.ext import compile as cc
+from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
 from oeq_wheels.release import emulated, installmatrix
 
@@ -160,17 +165,72 @@ def cp313_set(cp311_wheel, tmp_path_factory, cache):
     return out
 
 
+@pytest.fixture(scope="module")
+def aarch64_uv_cache(tmp_path_factory):
+    """uv's cache of this module's aarch64 installs (PyPI's aarch64 torch 2.11.0 for CPython 3.11 and 3.13 with its
+    NVIDIA wheels, ~6 GB), removed when the module ends: the suite's peak disk (a later test's pip install of the
+    x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. Each run
+    downloads them again (~3 GB)."""
+    d = tmp_path_factory.mktemp("aarch64-uv-cache")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.parametrize("installer, python", [("uv", "3.11"), ("pip", "3.11"), ("uv", "3.13")])
 def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(emulation, cp313_set, installer,
-                                                                                        python, capsys):
+                                                                                        python, capsys,
+                                                                                        aarch64_uv_cache):
     """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 and
     Debian 13's 3.13: `make install-matrix` runs every tested torch. Served as the release serves the site;
     raises on any failure."""
     assert installmatrix.run(cp313_set, ["2.11.0"], [installer], "3.11", arches=["aarch64"],
-                             emulated_pythons=[python]) == 0
+                             emulated_pythons=[python], uv_cache=aarch64_uv_cache) == 0
     table = capsys.readouterr().out
     assert f"2.11.0  cu130 aarch64 py{python}  {installer}" in table and \
         "OEq precompiled (our aarch64 wheel; emulated import" in table and "PASS" in table
+
+
+def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
+                                                                  tmp_path, aarch64_uv_cache):
+    """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets: Debian 12's arm64 CPython 3.11 under qemu, in a venv holding
+    PyPI's aarch64 torch at the cu130 line's floor (2.11.0), the pinned FastMACE and our aarch64 binary OEq, no
+    fastmace-oeq-ext, no compiler. Today FastMACE refuses (its prebuilt is x86_64-only and it forces the JIT
+    extension); with the rules OEq loads its own precompiled aarch64 extension."""
+    pins = P.load()
+    line = pins.oeq_line("cu130")
+    torch, python = line.tested_torch[0], "3.11"
+    runner, site = venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv",
+                                                 aarch64_uv_cache)
+    r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                        "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",
+                        python, str(cp311_oeq_aarch64_wheel)], env=dict(venvs.pip_env(), UV_NO_CONFIG="1",
+                                                              UV_CACHE_DIR=str(aarch64_uv_cache)),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    extlib = site / "openequivariance" / "_torch" / "extlib"
+    mods = sorted(extlib.glob("*.so"))
+    stub_dir = stub.make_stub(stub.undefined_driver_symbols(mods, dynamic=True), tmp_path / "stub",
+                              cc.cross_toolchain(emulation).cc).parent
+    venv = tmp_path / "venv"
+    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False, runner=runner)
+    assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
+    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
+                                       "installed"), today
+    assert "host extension: built with the host toolchain (OEQ_JIT_EXTENSION=1" in today["cli_doctor"], today
+
+    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True, runner=runner)
+    assert "refused" not in ours, ours
+    assert ours["extension"]["source"] == "oeq-precompiled", ours
+    assert ours["extension"]["path"] == str(extlib / "liboeq_stable_cuda_aoti.so"), ours
+    assert ours["plan_jit"] is None and ours["env_jit"] is None, ours
+    assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
+    assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
+    assert ours["module"] == str(extlib / f"oeq_stable_cuda.cpython-{python.replace('.', '')}-aarch64-linux-gnu.so"), ours
+    assert ours["ops"] == OPS, ours
+    precompiled = f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'}); no compiler needed"
+    assert ours["doctor_ok"] and precompiled in ours["doctor"].splitlines(), ours["doctor"]
+    assert ours["cli_doctor"].startswith("[ ok ] OpenEquivariance") and precompiled in ours["cli_doctor"], ours
+    assert ours["sentinel_log"] == "" and today["sentinel_log"] == ""
 
 
 def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel, tmp_path):
@@ -202,7 +262,6 @@ def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel
 def test_the_emulated_machine_describes_an_aarch64_cpu_not_the_hosts(emulation, tmp_path):
     """qemu-user passes the host's /proc/cpuinfo through, which torch >= 2.12 parses as an aarch64 CPU's and crashes
     on; the root file system's own description (Neoverse V2) is what the emulated CPython reads."""
-    from oeq_wheels.files import default_cache
     arch = P.load().arches["aarch64"]
     root = emulated.rootfs(arch, "3.11", default_cache())
     assert (root / "proc").is_dir() and not (root / "proc").is_symlink() and (root / "lib").is_symlink()

@@ -15,17 +15,15 @@ Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line
 - every tested CUDA 13 torch of the cu130 line (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
   binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
   never set, `import openequivariance` loads it, nothing compiled;
-- aarch64 (GH200, DGX Spark) under qemu: PyPI's aarch64 torch at the line's floor + our aarch64 binary OEq in a venv
-  of Debian 12's arm64 CPython 3.11 (the rules have no architecture test; OEq's own extension loads);
 - the CUDA 12 torch (2.10.0+cu128, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
   names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
-Unpatched FastMACE's rows stay in test_fastmace.py.
+Unpatched FastMACE's rows stay in test_fastmace.py; the aarch64 row (under qemu) is test_aarch64.py's, beside the
+other emulated installs, whose uv cache it shares.
 
 Cost: a uv venv per torch (the cu130 line's five and 2.10.0), each about 5 GB and 10-30 s to make on this machine.
 The matrix's torch (2.14.1) is the cached venv other tests share; every other torch's venv and its own uv cache live
 in the test's tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run
-installs them again. Then the file runs in a few minutes, plus about two for the emulated row (each emulated run
-imports torch under qemu in ~25 s).
+installs them again. Then the file runs in a few minutes.
 """
 from __future__ import annotations
 
@@ -40,7 +38,6 @@ import pytest
 
 from conftest import REPO
 from oeq_wheels import pins as P, stub, venvs
-from oeq_wheels.ext import compile as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -64,7 +61,8 @@ out.update(usable=pre.usable, reason=pre.reason, extension_version=pre.manifest.
 item = doctor.check_oeq(doctor.Context(environ=os.environ, hash_models=False))
 out.update(doctor_ok=item.ok, doctor=item.detail, doctor_runs_it=doctor.check_oeq in doctor.CHECKS)
 try:
-    plan, handles = rt.prepare_in_process(tempfile.mkdtemp(prefix="fastmace-cache-"))
+    cache = tempfile.TemporaryDirectory(prefix="fastmace-cache-")  # removed at exit, not left in /tmp
+    plan, handles = rt.prepare_in_process(cache.name)
 except rt.OEqRuntimeError as error:
     out["refused"] = str(error)
 else:
@@ -298,47 +296,6 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
         assert json.loads(r.stdout or "null") == [
             False, f"openequivariance {line.version(pins.oeq.version)}'s precompiled extension needs torch >= "
                    f"{line.torch_min}, torch {older} is installed"], r.stderr[-2000:]
-
-
-def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
-                                                                  tmp_path):
-    """GH200 / DGX Spark, as near as this host gets: Debian 12's arm64 CPython 3.11 under qemu, in a venv holding
-    PyPI's aarch64 torch at the cu130 line's floor (2.11.0), the pinned FastMACE and our aarch64 binary OEq, no
-    fastmace-oeq-ext, no compiler. Today FastMACE refuses (its prebuilt is x86_64-only and it forces the JIT
-    extension); with the rules OEq loads its own precompiled aarch64 extension."""
-    pins = P.load()
-    line = pins.oeq_line("cu130")
-    torch, python = line.tested_torch[0], "3.11"
-    runner, site = venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv")
-    r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
-                        "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",
-                        python, str(cp311_oeq_aarch64_wheel)], env=dict(venvs.pip_env(), UV_NO_CONFIG="1"),
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    extlib = site / "openequivariance" / "_torch" / "extlib"
-    mods = sorted(extlib.glob("*.so"))
-    stub_dir = stub.make_stub(stub.undefined_driver_symbols(mods, dynamic=True), tmp_path / "stub",
-                              cc.cross_toolchain(emulation).cc).parent
-    venv = tmp_path / "venv"
-    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False, runner=runner)
-    assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
-    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
-                                       "installed"), today
-    assert "host extension: built with the host toolchain (OEQ_JIT_EXTENSION=1" in today["cli_doctor"], today
-
-    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True, runner=runner)
-    assert "refused" not in ours, ours
-    assert ours["extension"]["source"] == "oeq-precompiled", ours
-    assert ours["extension"]["path"] == str(extlib / "liboeq_stable_cuda_aoti.so"), ours
-    assert ours["plan_jit"] is None and ours["env_jit"] is None, ours
-    assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
-    assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
-    assert ours["module"] == str(extlib / f"oeq_stable_cuda.cpython-{python.replace('.', '')}-aarch64-linux-gnu.so"), ours
-    assert ours["ops"] == OPS, ours
-    precompiled = f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'}); no compiler needed"
-    assert ours["doctor_ok"] and precompiled in ours["doctor"].splitlines(), ours["doctor"]
-    assert ours["cli_doctor"].startswith("[ ok ] OpenEquivariance") and precompiled in ours["cli_doctor"], ours
-    assert ours["sentinel_log"] == "" and today["sentinel_log"] == ""
 
 
 def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel, post1_torch,

@@ -256,8 +256,9 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None, arches: list[str] | None = None,
-        emulated_pythons: list[str] | None = None) -> int:
-    """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR."""
+        emulated_pythons: list[str] | None = None, uv_cache: Path | None = None) -> int:
+    """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR.
+    uv_cache: uv's cache for the uv cases (default: uv's own, as a user's uv install uses)."""
     pins = pins_mod.load()
     cases = plan(pins, torches, installers, arches, emulated_pythons)
     outdir = Path(outdir).resolve()
@@ -278,7 +279,8 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                 with_fastmace = case.torch == pins.matrix.torch_version and not case.foreign  # fastmace-oeq-ext: x86_64 only
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
-                run_case(case, pins, args, base, keep, say, with_fastmace)
+                run_case(case, pins, args, base, keep, say, with_fastmace,
+                         {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None)
                 say(f"{case.label}: {case.result}")
     print(table(cases))
     if not all(c.ok for c in cases):
