@@ -79,9 +79,12 @@ def overlay(base: Path, dest: Path) -> Path:
     return dest
 
 
-def _uv_env() -> dict:
+def _uv_env(cache: Path | None = None) -> dict:
+    """uv as a new user's (no configuration, no UV_ variables of this process), with its own cache where given."""
     env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
     env["UV_NO_CONFIG"] = "1"
+    if cache:
+        env["UV_CACHE_DIR"] = str(cache)
     return env
 
 
@@ -185,9 +188,7 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
-    env = _uv_env()
-    if transient:
-        env["UV_CACHE_DIR"] = str(transient / "uv-cache")
+    env = _uv_env(transient / "uv-cache" if transient else None)
     uv = [sys.executable, "-m", "uv"]
     py = str(venv / "bin" / "python")
     proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
@@ -210,9 +211,7 @@ def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, 
     from .release import emulated
     runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
-    env = _uv_env()
-    if uv_cache:
-        env["UV_CACHE_DIR"] = str(uv_cache)
+    env = _uv_env(uv_cache)
     target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
     proc.run(target + [f"torch=={torch_version}"], check=True, env=env)

@@ -192,10 +192,11 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
 
 def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
                                                                   tmp_path, aarch64_uv_cache):
-    """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets: Debian 12's arm64 CPython 3.11 under qemu, in a venv holding
-    PyPI's aarch64 torch at the cu130 line's floor (2.11.0), the pinned FastMACE and our aarch64 binary OEq, no
-    fastmace-oeq-ext, no compiler. Today FastMACE refuses (its prebuilt is x86_64-only and it forces the JIT
-    extension); with the rules OEq loads its own precompiled aarch64 extension."""
+    """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets:
+    Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the cu130 line's floor
+    (2.11.0), the pinned FastMACE and our aarch64 binary OEq, no fastmace-oeq-ext, no compiler. Today FastMACE
+    refuses (its prebuilt is x86_64-only and it forces the JIT extension); with the rules OEq loads its own
+    precompiled aarch64 extension."""
     pins = P.load()
     line = pins.oeq_line("cu130")
     torch, python = line.tested_torch[0], "3.11"
@@ -203,8 +204,8 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
                                                  aarch64_uv_cache)
     r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
                         "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",
-                        python, str(cp311_oeq_aarch64_wheel)], env=dict(venvs.pip_env(), UV_NO_CONFIG="1",
-                                                              UV_CACHE_DIR=str(aarch64_uv_cache)),
+                        python, str(cp311_oeq_aarch64_wheel)],
+                       env=dict(venvs.pip_env(), UV_NO_CONFIG="1", UV_CACHE_DIR=str(aarch64_uv_cache)),
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     extlib = site / "openequivariance" / "_torch" / "extlib"
