@@ -1,6 +1,8 @@
 """Where the cache lives, and content hashes of files."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -34,6 +36,17 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(temp_prefix(path.name) + "tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock beside `path` (path.lock) while a cached thing is checked and made: processes sharing
+    the cache (the test suite's workers, two builds) make it once, the others wait and then find it made. The
+    kernel drops the lock with its process, so a killed maker never blocks the next."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def temp_prefix(name: str) -> str:

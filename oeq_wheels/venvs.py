@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from . import fetch, proc, pythons
-from .files import sha256_file
+from .files import locked, sha256_file
 from .oeq import wheel as oeqpy
 from .pins import Pins
 
@@ -49,6 +49,17 @@ def _ready(venv: Path) -> bool:
 def _done(venv: Path) -> Path:
     (venv / ".complete").write_text(_contents(venv))
     return venv
+
+
+def _cached(venv: Path, make) -> Path:
+    """The cached venv at `venv`: reused where ready, else made by make(venv) under its lock, so that processes
+    sharing the cache (the test suite's workers) make it once and never remove it under each other."""
+    with locked(venv):
+        if _ready(venv):
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+        make(venv)
+        return _done(venv)
 
 
 def overlay(base: Path, dest: Path) -> Path:
@@ -94,18 +105,16 @@ def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     cache then holds those files once for this venv and pypi_torch_venv's. Made once, then reused."""
     import sys
     interp = pythons.find(version)
-    venv = cache / "venvs" / f"torch-{pins.matrix.torch_version}-{interp.cp_tag}"
-    if _ready(venv):
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
     whl = pins.matrix.torch_wheel(interp.cp_tag)
-    uv, env = [sys.executable, "-m", "uv"], _uv_env()
-    proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
-    req = venv / "torch-requirement.txt"  # uv verifies a hash it is given, without needing one for every dependency
-    req.write_text(f"torch=={whl.version} --hash=sha256:{whl.sha256}\n")
-    proc.run(uv + ["pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r", str(req)],
-             check=True, env=env)
-    return _done(venv)
+
+    def make(venv: Path) -> None:
+        uv, env = [sys.executable, "-m", "uv"], _uv_env()
+        proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
+        req = venv / "torch-requirement.txt"  # uv verifies a hash it is given, without one for every dependency
+        req.write_text(f"torch=={whl.version} --hash=sha256:{whl.sha256}\n")
+        proc.run(uv + ["pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r", str(req)],
+                 check=True, env=env)
+    return _cached(cache / "venvs" / f"torch-{pins.matrix.torch_version}-{interp.cp_tag}", make)
 
 
 def install_oeq_stack(venv: Path, pins: Pins, cache: Path, wheels: list[Path], workdir: Path) -> None:
@@ -130,14 +139,11 @@ def consumer_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     """
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]  # a changed lock makes a new venv
-    venv = cache / "venvs" / f"fastmace-torch-{pins.matrix.consumer_torch}-{interp.cp_tag}-{lock_key}"
-    if _ready(venv):
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    base = pypi_torch_venv(pins, cache, pins.matrix.torch_version, version)
-    overlay(base, venv)
-    installed_reversion(site_packages(venv), "torch", pins.matrix.consumer_torch)
-    return _done(venv)
+
+    def make(venv: Path) -> None:
+        overlay(pypi_torch_venv(pins, cache, pins.matrix.torch_version, version), venv)
+        installed_reversion(site_packages(venv), "torch", pins.matrix.consumer_torch)
+    return _cached(cache / "venvs" / f"fastmace-torch-{pins.matrix.consumer_torch}-{interp.cp_tag}-{lock_key}", make)
 
 
 def installed_reversion(site: Path, project: str, new_version: str) -> None:
@@ -182,23 +188,24 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
-    venv = (transient / "venv" if transient else cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-"
-                                                                   f"{lock_key}")
-    if not transient and _ready(venv):
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    files = fetch.ensure(list(pins.consumer.wheels), cache)
-    env = _uv_env(transient / "uv-cache" if transient else None)
-    uv = [sys.executable, "-m", "uv"]
-    py = str(venv / "bin" / "python")
-    proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
-    proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}",
-                   *(["--index-url", index_url] if index_url else [])], check=True, env=env)
-    proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)],
-             check=True, env=env)
-    proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
-                   *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
-    return _done(venv)
+
+    def make(venv: Path) -> None:
+        files = fetch.ensure(list(pins.consumer.wheels), cache)
+        env = _uv_env(transient / "uv-cache" if transient else None)
+        uv = [sys.executable, "-m", "uv"]
+        py = str(venv / "bin" / "python")
+        proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
+        proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}",
+                       *(["--index-url", index_url] if index_url else [])], check=True, env=env)
+        proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r",
+                       str(CONSUMER_LOCK)], check=True, env=env)
+        proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
+                       *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    if transient:  # the caller's own folder: nothing to share or reuse
+        shutil.rmtree(transient / "venv", ignore_errors=True)
+        make(transient / "venv")
+        return _done(transient / "venv")
+    return _cached(cache / "venvs" / f"pypi-torch-{torch_version}-{interp.cp_tag}-{lock_key}", make)
 
 
 def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,

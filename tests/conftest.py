@@ -235,19 +235,60 @@ def upload_server(tmp_path):
         yield url, pkgs
 
 
-# The proof table (tests/claims.py): each test's outcome, then each claim's at the end of the run.
+# The suite runs in worker processes (pytest-xdist; tools/ci/test.sh says how many): its qemu-, pip- and
+# compiler-bound files overlap. A test file is one unit of work, so that its module fixtures are made once; files
+# sharing a session fixture too costly to make twice are one unit.
+SHARED_UNIT = {"test_interrupts": "test_build"}  # resumed_build, the suite's one independent second build
+# Units are handed out in this order, then the rest as collected: the longest (seconds, fresh clone, 2 cores:
+# docs/benchmarks.md) start first, so that no worker is left alone with one of them at the end.
+LONGEST_FIRST = ("test_aarch64", "test_container", "test_fastmace_rules", "test_build", "test_index_server",
+                 "test_runtime_oeq", "test_rehearse", "test_fastmace", "test_clean_install", "test_release")
+
+
+def unit_of(nodeid: str) -> str:
+    stem = Path(nodeid.split("::")[0]).stem
+    return SHARED_UNIT.get(stem, stem)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (rank.get(unit_of(it.nodeid), len(rank)), order[id(it)]))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without it (OEQ_WHEELS_TEST_WORKERS=0) never called
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduling with our units as scopes, in collection order. (Its own loadgroup marks cannot be
+    used: pytest 9 no longer takes the node IDs it rewrites to carry the group.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # the order is LONGEST_FIRST's
+    return ByUnit(config, log)
+
+
+# The proof table (tests/claims.py): each test's outcome, then each claim's at the end of the run (in the
+# process that reports it: the only one without xdist, the controller with it).
 _RESULTS: dict[str, tuple[str, str]] = {}
 
 
+def _reports(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
 def pytest_runtest_logreport(report):
-    before = _RESULTS.get(report.nodeid, ("passed", ""))
+    nodeid = report.nodeid
+    before = _RESULTS.get(nodeid, ("passed", ""))
     if report.failed:
-        _RESULTS[report.nodeid] = ("failed", "")
+        _RESULTS[nodeid] = ("failed", "")
     elif report.skipped and before[0] != "failed":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _RESULTS[report.nodeid] = ("skipped", reason.removeprefix("Skipped: "))
-    elif report.when == "call" and report.nodeid not in _RESULTS:
-        _RESULTS[report.nodeid] = ("passed", "")
+        _RESULTS[nodeid] = ("skipped", reason.removeprefix("Skipped: "))
+    elif report.when == "call" and nodeid not in _RESULTS:
+        _RESULTS[nodeid] = ("passed", "")
 
 
 _TABLE: list = []  # (lines, judged), made once at the end of the run
@@ -262,7 +303,7 @@ def _claims_table():
 
 def pytest_sessionfinish(session, exitstatus):
     """Under OEQ_WHEELS_TEST_REQUIRE, a claim with a skipped test fails the run."""
-    if not REQUIRE or not _RESULTS:
+    if not REQUIRE or not _RESULTS or not _reports(session.config):
         return
     _, judged = _claims_table()
     if any(o.state == "SKIPPED" for o in judged.values()) and session.exitstatus == 0:
@@ -270,7 +311,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not _RESULTS:
+    if not _RESULTS or not _reports(config):
         return
     lines, judged = _claims_table()
     terminalreporter.section("proof table (tests/claims.toml)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import debian, proc
 from ..errors import OeqWheelsError
-from ..files import sweep_stale, temp_prefix
+from ..files import locked, sweep_stale, temp_prefix
 from ..pins import Arch
 
 MIRROR = "http://deb.debian.org/debian"
@@ -76,7 +76,12 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
         raise EmulationError(f"making the Debian {arch.debian_arch} root file system needs root (debootstrap); run "
                              f"this once as root (it is kept in {root.parent}), or where `sudo -n` works")
     ensure_tools(("debootstrap", "debootstrap"))  # only to make one
-    root.parent.mkdir(parents=True, exist_ok=True)
+    with locked(root):  # another process (a test worker) making the same one: wait for it, then use it
+        return root if (root / ".complete").is_file() else _make_rootfs(arch, python, release, cpus, root, sudo)
+
+
+def _make_rootfs(arch: Arch, python: str, release: str, cpus: int, root: Path, sudo: list[str]) -> Path:
+    name = root.name
     sweep_stale(root.parent)
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=temp_prefix(name)))
     try:

@@ -17,7 +17,12 @@ set -e
 set +e
 # The pipeline from the checkout; tests/conftest.py adds runtime/ for the pytest process only, so
 # that the venvs the tests start import the fastmace_oeq_ext of a wheel, never the checkout's.
-PYTHONPATH="$REPO" "$PY" -m pytest -p no:cacheprovider -ra "$@"
+# Two worker processes (OEQ_WHEELS_TEST_WORKERS; 0 runs in this one): a test file is one unit, the longest first
+# (tests/conftest.py), so qemu-, pip- and compiler-bound files overlap on this 2-core machine.
+workers="${OEQ_WHEELS_TEST_WORKERS:-2}"
+dist=()
+[ "$workers" = 0 ] || dist=(-n "$workers")
+PYTHONPATH="$REPO" "$PY" -m pytest -p no:cacheprovider -ra "${dist[@]}" "$@"
 rc=$?
 set -e
 # The engines' state last, where nobody misses it: a skip or a failure of them names why.
