@@ -237,12 +237,15 @@ def upload_server(tmp_path):
 
 # The suite runs in worker processes (pytest-xdist; tools/ci/test.sh says how many): its qemu-, pip- and
 # compiler-bound files overlap. A test file is one unit of work, so that its module fixtures are made once; files
-# sharing a session fixture too costly to make twice are one unit.
-SHARED_UNIT = {"test_interrupts": "test_build"}  # resumed_build, the suite's one independent second build
+# sharing a session fixture too costly to make twice are one unit, and so are the files that make multi-GB
+# trees for a while (a fresh torch stack: pip's install, a transient uv cache, the emulated aarch64 stacks), so
+# that two of those never coincide and the suite's peak disk stays what one of them adds.
+BIG_DISK = ("test_aarch64", "test_clean_install", "test_fastmace_rules", "test_index_server", "test_rehearse")
+SHARED_UNIT = {"test_interrupts": "test_build",  # resumed_build, the suite's one independent second build
+               **{stem: "big-disk" for stem in BIG_DISK}}
 # Units are handed out in this order, then the rest as collected: the longest (seconds, fresh clone, 2 cores:
 # docs/benchmarks.md) start first, so that no worker is left alone with one of them at the end.
-LONGEST_FIRST = ("test_aarch64", "test_container", "test_fastmace_rules", "test_build", "test_index_server",
-                 "test_runtime_oeq", "test_rehearse", "test_fastmace", "test_clean_install", "test_release")
+LONGEST_FIRST = ("big-disk", "test_container", "test_build", "test_runtime_oeq", "test_fastmace", "test_release")
 
 
 def unit_of(nodeid: str) -> str:
