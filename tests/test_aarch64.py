@@ -176,7 +176,9 @@ def aarch64_uv_cache(tmp_path_factory):
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.parametrize("installer, python", [("uv", "3.11"), ("pip", "3.11"), ("uv", "3.13")])
+# pip's row first: its install (pip's own copies under qemu, ~9 GB for a while) then runs before the module's uv
+# cache holds the aarch64 stacks (~6 GB), not beside it.
+@pytest.mark.parametrize("installer, python", [("pip", "3.11"), ("uv", "3.11"), ("uv", "3.13")])
 def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(emulation, cp313_set, installer,
                                                                                         python, capsys,
                                                                                         aarch64_uv_cache):
