@@ -149,3 +149,16 @@ def test_podman_works_again_in_a_second_run_with_the_same_cache(tmp_path):
         assert "test.sh: podman for the container-runner tests" in r.stderr, r.stderr
         assert "PODMAN=/" in r.stdout
     shutil.rmtree(old_run, ignore_errors=True)
+
+
+def test_the_workers_units_name_test_files_that_exist():
+    """tests/conftest.py's units of work for the test command's workers: a test file renamed without its entry would
+    leave its unit silently (a multi-GB file then running beside another), and an order naming no unit orders
+    nothing."""
+    import conftest
+    stems = {p.stem for p in (REPO / "tests").glob("test_*.py")}
+    assert set(conftest.SHARED_UNIT) <= stems, set(conftest.SHARED_UNIT) - stems
+    units = {conftest.unit_of(f"tests/{s}.py::t") for s in stems}
+    assert set(conftest.LONGEST_FIRST) <= units, set(conftest.LONGEST_FIRST) - units
+    assert conftest.unit_of("tests/test_interrupts.py::t") == conftest.unit_of("tests/test_build.py::t")
+    assert len({conftest.unit_of(f"tests/{s}.py::t") for s in conftest.BIG_DISK}) == 1
