@@ -41,7 +41,7 @@ def write_atomic(path: Path, text: str) -> None:
 @contextlib.contextmanager
 def locked(path: Path):
     """Hold an exclusive lock beside `path` (path.lock) while a cached thing is checked and made: processes sharing
-    the cache (the test suite's workers, two builds) make it once, the others wait and then find it made. The
+    the cache (the test suite's workers) make it once, the others wait and then find it made. The
     kernel drops the lock with its process, so a killed maker never blocks the next."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as f:

@@ -283,15 +283,14 @@ def _reports(config) -> bool:
 
 
 def pytest_runtest_logreport(report):
-    nodeid = report.nodeid
-    before = _RESULTS.get(nodeid, ("passed", ""))
+    before = _RESULTS.get(report.nodeid, ("passed", ""))
     if report.failed:
-        _RESULTS[nodeid] = ("failed", "")
+        _RESULTS[report.nodeid] = ("failed", "")
     elif report.skipped and before[0] != "failed":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _RESULTS[nodeid] = ("skipped", reason.removeprefix("Skipped: "))
-    elif report.when == "call" and nodeid not in _RESULTS:
-        _RESULTS[nodeid] = ("passed", "")
+        _RESULTS[report.nodeid] = ("skipped", reason.removeprefix("Skipped: "))
+    elif report.when == "call" and report.nodeid not in _RESULTS:
+        _RESULTS[report.nodeid] = ("passed", "")
 
 
 _TABLE: list = []  # (lines, judged), made once at the end of the run
