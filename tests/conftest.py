@@ -255,8 +255,7 @@ def unit_of(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(config, items):
     rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda it: (rank.get(unit_of(it.nodeid), len(rank)), order[id(it)]))
+    items.sort(key=lambda it: rank.get(unit_of(it.nodeid), len(rank)))  # stable: collection order within a rank
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without it (OEQ_WHEELS_TEST_WORKERS=0) never called
