@@ -49,6 +49,19 @@ def locked(path: Path):
         yield
 
 
+@contextlib.contextmanager
+def locked_dir(directory: Path):
+    """Hold an exclusive lock on a kept directory itself (no lock file beside it), as locked() does: for the stub
+    store, whose folders are never removed and whose files are all stubs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def temp_prefix(name: str) -> str:
     """Hidden temporary names carry the owner's pid, so a later run can remove a killed run's leftovers."""
     return f".{name}.pid{os.getpid()}."

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 from . import elfstub, members
-from .files import sweep_stale, temp_prefix
+from .files import locked_dir, sweep_stale, temp_prefix
 from .pins import Pinned, StubPin
 
 _locks: dict[str, threading.Lock] = {}
@@ -60,7 +60,10 @@ def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, lo
     from the member's first bytes or the whole member, fetched by range."""
     pin = wheel.pin
     path = store_path(cache, sp)
-    with _lock(sp.digest):  # the CPython builds of one torch want the same stubs: make each once
+    # The CPython builds of one torch want the same stubs (threads), and so may two runs sharing the cache
+    # (processes: the test suite's workers, two build.sh): make each once. The member fetched whole is removed once
+    # its stub is made, so a second maker must never read it meanwhile.
+    with _lock(sp.digest), locked_dir(path.parent):
         if _usable(path, sp.digest):
             return path
         if sp.tables:
@@ -80,7 +83,7 @@ def from_zip(zf: zipfile.ZipFile, info: zipfile.ZipInfo, pin: Pinned, sp: StubPi
     """The stub of a library in a whole wheel at hand (downloaded and checked against its pinned sha256): stored,
     or made now from the member, read out to a temporary file and removed."""
     path = store_path(cache, sp)
-    with _lock(sp.digest):
+    with _lock(sp.digest), locked_dir(path.parent):
         if _usable(path, sp.digest):
             return path
         path.parent.mkdir(parents=True, exist_ok=True)

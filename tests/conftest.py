@@ -17,7 +17,7 @@ sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never import
 
 from oeq_wheels import build, debian, pins as pins_mod, stub  # noqa: E402
 from builds import cli, finish, hidden, private_cache, processes_of, wait_for, wheels_in  # noqa: E402
-from oeq_wheels.files import default_cache  # noqa: E402
+from oeq_wheels.files import default_cache, locked  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
 
@@ -69,7 +69,10 @@ def cp311_wheel(tmp_path_factory, cache) -> Path:
     there. The suite's real compile in an empty object cache is resumed_build (below), held byte-identical
     to this one by test_interrupts.py."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
-    rows, failures = build.run(out, ["3.11"], cache=cache)
+    # One worker at a time (all share the session's base folder): the first compiles what the cache lacks, the
+    # others wait and then only link, instead of compiling the same objects at once on the same cores.
+    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):
+        rows, failures = build.run(out, ["3.11"], cache=cache)
     assert not failures, failures
     pins = pins_mod.load()
     assert len(rows) == len(pins.ext_variants) + len(pins.oeq_lines)

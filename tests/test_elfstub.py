@@ -9,12 +9,13 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from fake_registry import Registry
-from oeq_wheels import elfstub, fetch, inputs, members, pins as P
+from oeq_wheels import elfstub, fetch, files, inputs, members, pins as P, stubstore
 from test_members import wheel
 
 LIB = r"""
@@ -152,6 +153,28 @@ def test_the_tree_holds_the_stub_and_the_library_is_fetched_in_part_or_not_kept(
     inputs._checked.clear()
     inputs.cuda_tree([(pin, got[NAME])], cache)  # a second tree: the stub is stored, the library not fetched again
     assert reg.sent[NAME] - sent < 64 << 10
+
+
+def test_a_second_maker_waits_for_the_first_and_uses_its_stub(served, built, tmp_path):
+    """Two runs sharing a cache (the suite's workers, two build.sh) make a stub once: while one holds the stub's
+    folder, the other fetches nothing and waits, then finds the stub made. Without the lock the second fetched the
+    whole member too, and read it after the first had removed it (FileNotFoundError, in CI's first two-worker run)."""
+    reg, _, pin = served
+    sp = _stub_pin(built, False)
+    pin = dataclasses.replace(pin, stubs=(sp,))
+    cache = tmp_path / "cache"
+    remote = members.RemoteWheel(pin, fetch.index_url())
+    before = reg.sent[NAME]  # its central directory and RECORD
+    path = stubstore.store_path(cache, sp)
+    got = {}
+    with files.locked_dir(path.parent):  # the first maker, as another process would hold it
+        second = threading.Thread(target=lambda: got.update(path=stubstore.ensure(remote, sp, MEMBER, cache)))
+        second.start()
+        second.join(1.0)
+        assert second.is_alive() and reg.sent[NAME] == before
+        stubstore._store(elfstub.view_of_file(built["lib"])[0], pin, sp, MEMBER, path)
+    second.join(30)
+    assert got["path"] == path and reg.sent[NAME] == before
 
 
 @pytest.mark.parametrize("prefix", [True, False], ids=["first-bytes", "whole-member"])
