@@ -5,7 +5,8 @@ the WHEEL file, ELF facts (NEEDED, RUNPATH, stripped, no build-host paths), audi
 verdict on the platform tag, `twine check --strict`. The products add their own checks:
 oeq_wheels.ext.verify (fastmace-oeq-ext: every manifest field against the pins) and
 oeq_wheels.oeq.verify (binary openequivariance: the sdist's tree, the build record, the
-stable C ABI, every versioned CUDA symbol in its line's oldest wheels). verify_any() picks.
+stable C ABI, every versioned CUDA symbol in its line's oldest wheels); oeq_wheels.gate picks one
+by the wheel's name. This module imports neither: the products build on it, never the reverse.
 """
 from __future__ import annotations
 
@@ -313,15 +314,3 @@ def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool,
 def file_entry(x) -> tuple[str, str, str, str]:
     """A pinned file (pins.Pinned) or a recorded one (manifest.Input), comparable with each other."""
     return (x.name, x.version, x.file, x.sha256)
-
-
-def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:
-    """Either product's whole gate, chosen by the wheel's project name. p: the pins to check against (None: a
-    fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance)."""
-    from .ext.verify import verify_wheel
-    from .oeq.verify import verify_oeq_binary
-    try:
-        is_oeq = canonicalize_name(parse_wheel_filename(wheel.name)[0]) == "openequivariance"
-    except InvalidWheelFilename:  # verify_wheel reports the bad name
-        is_oeq = False
-    return verify_oeq_binary(wheel, p or pins_mod.load()) if is_oeq else verify_wheel(wheel, p)

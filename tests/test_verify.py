@@ -1,11 +1,13 @@
-"""verify_wheel refuses damaged or inconsistent wheels."""
+"""verify_wheel refuses damaged or inconsistent wheels; the gate picks each product's by the wheel's name."""
+import ast
 import json
 import shutil
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from oeq_wheels import verify
+from oeq_wheels import gate, verify
 from oeq_wheels.ext.verify import verify_wheel
 
 pytestmark = pytest.mark.slow
@@ -58,3 +60,13 @@ def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):
 def test_tag_choice():
     assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_27_x86_64") == "manylinux_2_28_x86_64"
     assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"
+
+
+def test_the_common_part_imports_no_product_and_the_gate_picks_by_name(cp311_wheel, cp311_oeq_wheel):
+    """verify.py is what both products' gates build on, so it imports neither (no circle); gate.verify_any sends
+    each wheel to its own product's gate (the other one refuses it: no manifest, or no OEq tree)."""
+    source = Path(verify.__file__).read_text()
+    imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not [m for m in imported if m.split(".")[0] in ("ext", "oeq")], imported
+    assert gate.verify_any(cp311_wheel).ok and gate.verify_any(cp311_oeq_wheel).ok
+    assert not verify_wheel(cp311_oeq_wheel).ok

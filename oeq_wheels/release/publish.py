@@ -17,9 +17,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from .. import pins as pins_mod, verify
+from .. import pins as pins_mod
 from ..errors import UsageError
 from ..files import sha256_file
+from ..gate import verify_any
 from ..oeq.verify import line_of
 from ..output import extra_dir
 
@@ -197,7 +198,7 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     ours, oeq = check_set(outdir, pins)
     bad = []
     for w in ours + oeq:
-        v = verify.verify_any(w, pins)
+        v = verify_any(w, pins)
         print(f"{'OK  ' if v.ok else 'FAIL'} {w.name}")
         for problem in v.problems:
             print(f"     - {problem}")

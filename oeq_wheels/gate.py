@@ -1,0 +1,22 @@
+"""Which product's gate a wheel goes through, by its project name: for the callers that take either product
+(`oeq-wheels verify`, publish). Here, above both gates, so that the common part (verify.py) imports no product."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from . import pins as pins_mod
+from .ext.verify import verify_wheel
+from .oeq.verify import verify_oeq_binary
+from .verify import Verdict
+
+
+def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:
+    """Either product's whole gate, chosen by the wheel's project name. p: the pins to check against (None: a
+    fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance)."""
+    try:
+        is_oeq = canonicalize_name(parse_wheel_filename(wheel.name)[0]) == "openequivariance"
+    except InvalidWheelFilename:  # verify_wheel reports the bad name
+        is_oeq = False
+    return verify_oeq_binary(wheel, p or pins_mod.load()) if is_oeq else verify_wheel(wheel, p)
