@@ -262,106 +262,142 @@ def _container_handoff(args) -> None:
 
 
 def _dispatch(args) -> int:
+    return VERBS[args.cmd](args)
+
+
+# One function per verb, each importing only what its verb needs (so `--help` and light verbs stay fast).
+
+def _build(args) -> int:
+    from .build import run
+    _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch)
+    return 1 if failures else 0
+
+
+def _verify(args) -> int:
+    from .gate import verify_any
+    from .pins import load
+    pins = load(args.matrix) if args.matrix else None
+    bad = 0
+    for w in args.wheels:
+        verdict = verify_any(w, pins)
+        if verdict.ok:
+            print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
+            if "torch_abi_audit" in verdict.facts:
+                print(f"     {verdict.facts['torch_abi_audit']}")
+        else:
+            bad += 1
+            print(f"FAIL {w.name}")
+            for p in verdict.problems:
+                print(f"     - {p}")
+    return 1 if bad else 0
+
+
+def _oeq_wheel(args) -> int:
+    from .files import default_cache
+    from .oeq.wheel import build_pure
+    from .pins import load
+    print(build_pure(load(), args.outdir, default_cache()))
+    return 0
+
+
+def _stub(args) -> int:
+    from .stub import stub_for_library
+    print(stub_for_library(args.library, args.outdir))
+    return 0
+
+
+def _clean_install(args) -> int:
+    from .files import default_cache
+    from .release.cleaninstall import run
+    return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
+
+
+def _compare_builds(args) -> int:
+    from .release.compare import run
+    return run(args.first, args.second, args.arch)
+
+
+def _install_matrix(args) -> int:
+    from .release.installmatrix import run
+    return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
+               args.emulated_python)
+
+
+def _publish(args) -> int:
+    from .pins import load
+    from .release.publish import publish
+    return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
+                   args.index_url)
+
+
+def _site(args) -> int:
+    from .pins import load
+    from .release import site
+    pins = load()
+    if args.outdir is None and not args.release:
+        raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
+    if args.outdir is None and args.out is None:
+        raise UsageError("site --release needs --out SITE (where to write the site) when no OUTDIR is given")
+    wheels = [w for d in args.release for w in site.from_release(d, pins)]
+    if args.outdir is not None:
+        wheels += site.from_outdir(output.extra_dir(args.outdir), pins)
+    out = args.out or output.extra_dir(args.outdir) / "site"
+    print(site.write_site(out, wheels, pins))
+    return 0
+
+
+def _rehearse(args) -> int:
+    from .release.rehearse import run
+    return run(args.outdir, args.installer, args.python, args.command, args.keep)
+
+
+def _check_tag(args) -> int:
+    from .pins import load
+    from .release.publish import check_repository, check_tag
+    pins = load(args.matrix)
+    print(f"release tag {check_tag(args.tag, pins)} matches the pinned version")
+    if args.repository is not None:
+        print(f"repository {check_repository(args.repository, pins)} is the pinned one")
+    return 0
+
+
+def _release_plan(args) -> int:
+    from .pins import load
+    from .release.plan import release_plan
+    for name, value in release_plan(load()).items():
+        print(f"{name}={value}")
+    return 0
+
+
+def _pythons(args) -> int:
+    from .pins import load
+    from .pythons import PythonNotFound, find
+    for v in load().pythons:
+        try:
+            i = find(v)
+            print(f"{v}  {i.full_version}  {i.executable}")
+        except PythonNotFound:
+            print(f"{v}  missing")
+    return 0
+
+
+def _fetch(args) -> int:
+    from .fetch import ensure
     from .files import default_cache
     from .pins import cp_tag, load, select_pythons
-    if args.cmd == "build":
-        from .build import run
-        _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch)
-        return 1 if failures else 0
-    if args.cmd == "verify":
-        from .verify import verify_any
-        pins = load(args.matrix) if args.matrix else None
-        bad = 0
-        for w in args.wheels:
-            verdict = verify_any(w, pins)
-            if verdict.ok:
-                print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
-                if "torch_abi_audit" in verdict.facts:
-                    print(f"     {verdict.facts['torch_abi_audit']}")
-            else:
-                bad += 1
-                print(f"FAIL {w.name}")
-                for p in verdict.problems:
-                    print(f"     - {p}")
-        return 1 if bad else 0
-    if args.cmd == "oeq-wheel":
-        from .oeq.wheel import build_pure
-        print(build_pure(load(), args.outdir, default_cache()))
-        return 0
-    if args.cmd == "stub":
-        from .stub import stub_for_library
-        print(stub_for_library(args.library, args.outdir))
-        return 0
-    if args.cmd == "clean-install":
-        from .release.cleaninstall import run
-        return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
-    if args.cmd == "compare-builds":
-        from .release.compare import run
-        return run(args.first, args.second, args.arch)
-    if args.cmd == "install-matrix":
-        from .release.installmatrix import run
-        return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
-                   args.emulated_python)
-    if args.cmd == "publish":
-        from .release.publish import publish
-        return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
-                       args.index_url)
-    if args.cmd == "site":
-        from .release import site
-        pins = load()
-        if args.outdir is None and not args.release:
-            raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
-        if args.outdir is None and args.out is None:
-            raise UsageError("site --release needs --out SITE (where to write the site) when no OUTDIR is given")
-        wheels = [w for d in args.release for w in site.from_release(d, pins)]
-        if args.outdir is not None:
-            wheels += site.from_outdir(output.extra_dir(args.outdir), pins)
-        out = args.out or output.extra_dir(args.outdir) / "site"
-        print(site.write_site(out, wheels, pins))
-        return 0
-    if args.cmd == "rehearse":
-        from .release.rehearse import run
-        return run(args.outdir, args.installer, args.python, args.command, args.keep)
-    if args.cmd == "check-tag":
-        from .release.publish import check_repository, check_tag
-        pins = load(args.matrix)
-        print(f"release tag {check_tag(args.tag, pins)} matches the pinned version")
-        if args.repository is not None:
-            print(f"repository {check_repository(args.repository, pins)} is the pinned one")
-        return 0
-    if args.cmd == "pins":
-        return _pins(args)
-    if args.cmd == "release-plan":
-        from .release.plan import release_plan
-        for name, value in release_plan(load()).items():
-            print(f"{name}={value}")
-        return 0
-    if args.cmd == "pythons":
-        from .pythons import PythonNotFound, find
-        pins = load()
-        for v in pins.pythons:
-            try:
-                i = find(v)
-                print(f"{v}  {i.full_version}  {i.executable}")
-            except PythonNotFound:
-                print(f"{v}  missing")
-        return 0
-    if args.cmd == "fetch":
-        from .fetch import ensure
-        pins = load(args.matrix)
-        vers = select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
-        items = pins.all_inputs([cp_tag(v) for v in vers]) + pins.oeq_binary_inputs()
-        if args.only:
-            wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-            known = sorted({i.name for i in items})
-            if not wanted <= set(known):
-                raise UsageError(f"fetch --only: {', '.join(sorted(wanted - set(known)))} is not a pinned project; "
-                                 f"pinned: {', '.join(known)}")
-            items = [i for i in items if i.name in wanted]
-        for path in ensure(items, default_cache(), print, whole=True).values():  # whole files, e.g. for a mirror
-            print(f"{path}")
-        return 0
-    raise AssertionError(args.cmd)
+    pins = load(args.matrix)
+    vers = select_pythons(pins.matrix.pythons, args.python, f"matrix {pins.matrix.name!r}")
+    items = pins.all_inputs([cp_tag(v) for v in vers]) + pins.oeq_binary_inputs()
+    if args.only:
+        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+        known = sorted({i.name for i in items})
+        if not wanted <= set(known):
+            raise UsageError(f"fetch --only: {', '.join(sorted(wanted - set(known)))} is not a pinned project; "
+                             f"pinned: {', '.join(known)}")
+        items = [i for i in items if i.name in wanted]
+    for path in ensure(items, default_cache(), print, whole=True).values():  # whole files, e.g. for a mirror
+        print(f"{path}")
+    return 0
 
 
 def _pins(args) -> int:
@@ -400,3 +436,9 @@ def _pins(args) -> int:
     for note in r.notes:
         print(f"note: {note}")
     return 0
+
+
+VERBS = {"build": _build, "verify": _verify, "oeq-wheel": _oeq_wheel, "stub": _stub, "clean-install": _clean_install,
+         "compare-builds": _compare_builds, "install-matrix": _install_matrix, "publish": _publish, "site": _site,
+         "rehearse": _rehearse, "check-tag": _check_tag, "pins": _pins, "release-plan": _release_plan,
+         "pythons": _pythons, "fetch": _fetch}

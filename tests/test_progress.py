@@ -54,3 +54,12 @@ def test_every_verb_has_help():
         r = run_cli(verb, "--help")
         assert r.returncode == 0 and r.stdout.startswith("usage: oeq-wheels " + verb), verb
         assert "--quiet" in r.stdout, verb
+
+
+def test_every_verb_has_its_own_function():
+    """cli.VERBS maps each verb of the parser to one function, and nothing else (a verb added to one and not the
+    other fails here, not at a user's first call)."""
+    from oeq_wheels.cli import VERBS, parser
+    sub = next(a for a in parser()._actions if a.dest == "cmd")
+    assert set(VERBS) == set(sub.choices)
+    assert len(set(VERBS.values())) == len(VERBS)
