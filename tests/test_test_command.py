@@ -3,6 +3,7 @@ line why it cannot, and the tests go on."""
 import os
 import shutil
 import subprocess
+import sys
 
 from conftest import REPO, unavailable
 
@@ -103,16 +104,29 @@ def test_the_test_command_fails_and_says_why_when_a_required_engine_cannot_start
     assert any(l.startswith("test.sh: container engine docker: fail: dockerd did not start") and
                "broken on purpose" in l for l in out[-3:]), out[-5:]
     assert any(l.startswith("engines ") and " FAIL " in l for l in out), out[-20:]  # the proof table
-    # With the setting empty (nothing required) the same run passes, the test SKIPPED by name with that reason.
+    # With the setting empty (nothing required) the same run passes, the test SKIPPED by name with that reason;
+    # from a shell that lets Python write bytecode, the suite's processes still write none.
     env["OEQ_WHEELS_TEST_REQUIRE"] = ""
-    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, "-q", "-rs"], capture_output=True, text=True,
-                       env=env, cwd=REPO, timeout=600)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    no_bytecode = "tests/test_test_command.py::test_the_suites_processes_write_no_bytecode"
+    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, no_bytecode, "-q", "-rs"], capture_output=True,
+                       text=True, env=env, cwd=REPO, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert any(l.startswith("SKIPPED") and "dockerd did not start" in l and "broken on purpose" in l
                for l in r.stdout.splitlines()), r.stdout[-3000:]
     # ... and the proof table shows the claim SKIPPED with that reason.
     assert any(l.startswith("engines ") and " SKIPPED " in l and "dockerd did not start" in l
                for l in r.stdout.splitlines()), r.stdout[-3000:]
+
+
+def test_the_suites_processes_write_no_bytecode():
+    """The test command sets PYTHONDONTWRITEBYTECODE: with bytecode written, a worker importing a module of the
+    repository for the first time adds a __pycache__ to it while tests/test_container.py checks that a build wrote
+    nothing there, and a test importing from a cached venv changes that venv."""
+    assert sys.flags.dont_write_bytecode
+    r = subprocess.run([sys.executable, "-c", "import sys; print(sys.flags.dont_write_bytecode)"],
+                       capture_output=True, text=True)
+    assert r.stdout.strip() == "1", r.stdout + r.stderr
 
 
 def test_as_root_with_apt_the_test_command_requires_every_capability_by_default():

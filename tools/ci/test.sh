@@ -4,6 +4,10 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$("$REPO/tools/bootstrap.sh")"
 cd "$REPO"
+# The suite's processes write no bytecode, whatever the shell says: the repository and the cached venvs stay as
+# they were (tests/test_container.py checks the repository while the other worker imports), and every run does the
+# same work.
+export PYTHONDONTWRITEBYTECODE=1
 # shellcheck source=require.sh
 source "$REPO/tools/ci/require.sh"
 # A real container engine for the container-runner tests (our own dockerd and podman; tools/ci/engine.sh).
