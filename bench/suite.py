@@ -70,8 +70,8 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
         root = Path(t)
         clone = root / "clone"
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-        # A new user's shell: none of our cache settings, and Python writes its bytecode (a shell that says
-        # PYTHONDONTWRITEBYTECODE makes every emulated import of torch compile torch's Python again).
+        # A new user's shell: none of our cache settings, and Python writes its bytecode (make wheels does; the test
+        # command says PYTHONDONTWRITEBYTECODE itself).
         env = {k: v for k, v in os.environ.items() if k not in ("OEQ_WHEELS_CACHE", "UV_CACHE_DIR", "PIP_CACHE_DIR",
                                                                  "PYTHONDONTWRITEBYTECODE")}
         env["XDG_CACHE_HOME"] = str(root / "cache")  # ours, uv's and pip's, all empty
