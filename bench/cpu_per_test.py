@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+LOG = os.environ.get("OEQ_WHEELS_BENCH_CPU")
+
 
 def _cpu(who: int) -> float:
     r = resource.getrusage(who)
@@ -19,9 +21,11 @@ def _cpu(who: int) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    # Not for a test's own pytest runs (tests/test_test_command.py runs the test command): their tests are this one's.
+    os.environ.pop("OEQ_WHEELS_BENCH_CPU", None)
     t0, own, kids = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     yield
     line = {"test": item.nodeid, "wall": round(time.monotonic() - t0, 2),
             "cpu": round(_cpu(resource.RUSAGE_SELF) - own + _cpu(resource.RUSAGE_CHILDREN) - kids, 2)}
-    with open(os.environ["OEQ_WHEELS_BENCH_CPU"], "a") as f:  # one short line per write: workers never interleave
+    with open(LOG, "a") as f:  # one short line per write: workers never interleave
         f.write(json.dumps(line) + "\n")
