@@ -25,6 +25,8 @@ def pytest_runtest_protocol(item, nextitem):
     os.environ.pop("OEQ_WHEELS_BENCH_CPU", None)
     t0, own, kids = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     yield
+    if LOG is None:  # a test's own pytest run: it inherited the plugin, not the file
+        return
     line = {"test": item.nodeid, "wall": round(time.monotonic() - t0, 2),
             "cpu": round(_cpu(resource.RUSAGE_SELF) - own + _cpu(resource.RUSAGE_CHILDREN) - kids, 2)}
     with open(LOG, "a") as f:  # one short line per write: workers never interleave
