@@ -18,7 +18,7 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
-from . import fetch, inputs, pins as pins_mod, pythons, stub, verify
+from . import buildroot, fetch, inputs, pins as pins_mod, pythons, stub, verify
 from .ext import assemble, compile as cc, link
 from .ext.verify import verify_wheel
 from .oeq import stable, wheel as oeqpy
@@ -300,18 +300,52 @@ def check_arch_names(pins: pins_mod.Pins, requested: list[str] | None) -> list[s
     return known
 
 
-def select_arches(pins: pins_mod.Pins, requested: list[str] | None) -> tuple[dict[str, cc.Toolchain], list[str]]:
-    """The architectures to build and each one's toolchain, and notes on those left out.
+TOOLCHAINS = ("pinned", "host")
+
+
+def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
+    """A function arch -> Toolchain for --toolchain pinned (the default) or host, and the line that says which.
+
+    pinned: this host's own compilers where they are the pinned packages, unchanged (a container made of them);
+    else the pinned build root's, run through bubblewrap; else one line naming the difference. host: whatever
+    compiler this host has (CXX, or g++): its wheels are not the released bytes, and the line says so.
+    """
+    if mode == "host":
+        return cc.cross_toolchain, ("--toolchain host: this host's compilers, not the pinned toolchain; its wheels "
+                                    "are not the released bytes")
+    debs = pins.toolchain.for_host(cc.host_arch())
+    differs = buildroot.host_difference(debs)
+    if differs is None:
+        return cc.cross_toolchain, "this host's toolchain is the pinned one"
+    items = [pins_mod.Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=pins.toolchain.archive + d.file)
+             for d in debs]
+    with Stage("all", "toolchain") as st:
+        files = fetch.ensure(items, cache, say, stage=st)
+        root = buildroot.ensure(pins.toolchain, debs, files, cache, say)
+    key, where = buildroot.key(debs), Path(tempfile.mkdtemp(prefix="oeq-wheels-toolchain-"))
+
+    def make(arch: pins_mod.Arch) -> cc.Toolchain:
+        t = cc.root_toolchain(arch, root, key, where / arch.name)
+        if t.version != pins.toolchain.compilers.get(arch.name):
+            raise BuildError(f"the build root's {arch.name} compiler says {t.version!r}, pins.toml [toolchain] "
+                             f"compilers {pins.toolchain.compilers.get(arch.name)!r}; re-pin the toolchain")
+        return t
+    return make, f"the pinned build root {key} (Debian {pins.toolchain.debian}; this host's toolchain differs: {differs})"
+
+
+def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -> tuple[dict[str, cc.Toolchain], list[str]]:
+    """The architectures to build and each one's toolchain (make: arch -> Toolchain), and notes on those left out.
 
     This host's own architecture, and any asked for by name (--arch), fail the build without a working
     compiler; by default, another architecture whose cross compiler this host lacks and cannot install (a
     manylinux container) is left out with a note: publish refuses a release that lacks its wheels.
     """
     known = check_arch_names(pins, requested)
+    make = make or cc.cross_toolchain
     toolchains, notes = {}, []
     for name in requested or known:
         try:
-            toolchains[name] = cc.cross_toolchain(pins.arches[name])
+            toolchains[name] = make(pins.arches[name])
         except cc.CompileError as exc:
             if requested is not None or name == cc.host_arch():  # only a missing cross compiler is a note
                 raise
@@ -330,19 +364,22 @@ def select_pythons(pins: pins_mod.Pins, versions: list[str] | None) -> tuple[lis
 
 def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = None, force: bool = False,
         jobs: int | None = None, cache: Path | None = None,
-        arches: list[str] | None = None) -> tuple[list[dict], dict[str, str]]:
+        arches: list[str] | None = None, toolchain: str = "pinned") -> tuple[list[dict], dict[str, str]]:
     """Build both packages' wheels for the requested Pythons and architectures; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
     wanted, ext_wanted = select_pythons(pins, versions)
-    toolchains, arch_notes = select_arches(pins, arches)
+    check_arch_names(pins, arches)
+    cache = cache or default_cache()
+    make, which = toolchain_maker(pins, toolchain, cache)
+    say(f"oeq-wheels: toolchain: {which}")
+    toolchains, arch_notes = select_arches(pins, arches, make)
     # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
     ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
     interps = pythons.find_all(wanted)
     outdir = prepare_outdir(outdir)
     extra = prepare_outdir(extra_dir(outdir))
-    cache = cache or default_cache()
     toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))
     jobs = jobs or os.cpu_count() or 1
     lines = ", ".join(dict.fromkeys(l.version(pins.oeq.version) for l in oeq_lines))

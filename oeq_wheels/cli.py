@@ -52,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
                                                    "every one pins.toml builds; another host's with a cross compiler)")
     b.add_argument("--force", action="store_true", help="overwrite a different wheel of the same name")
     b.add_argument("--jobs", type=int, help="parallel compiler processes (default: CPU count)")
+    b.add_argument("--toolchain", choices=["pinned", "host"], default="pinned",
+                   help="pinned (default): the compilers pins.toml [toolchain] names (this host's where they are "
+                        "those packages, else the pinned build root's); host: this host's, whatever they are (its "
+                        "wheels are not the released bytes)")
     b.add_argument("--runner", choices=["auto", "host", "docker"], default="auto",
                    help="auto (default): the manylinux_2_28 container when '$DOCKER info' answers, else this host")
 
@@ -258,7 +262,7 @@ def _container_handoff(args) -> None:
         check_arch_names(pins, args.arch)
     if runner.choose(args.runner) == "docker":  # does not return
         runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs,
-                                                    args.arch))
+                                                    args.arch, args.toolchain))
 
 
 def _dispatch(args) -> int:
@@ -269,7 +273,8 @@ def _dispatch(args) -> int:
 
 def _build(args) -> int:
     from .build import run
-    _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch)
+    _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch,
+                          toolchain=args.toolchain)
     return 1 if failures else 0
 
 

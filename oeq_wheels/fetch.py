@@ -138,15 +138,31 @@ def _fetch_sdist(item: Pinned, tmp: Path, progress: _Progress) -> Path:
         files = {unquote(urlsplit(a["href"]).path.rsplit("/", 1)[-1]): a["href"] for a in links.links if a.get("href")}
         if item.file not in files:
             raise FetchError(f"{page} lists no {item.file}; check the pinned file name in oeq_wheels/pins.toml")
-        got = tmp / item.file
-        with urllib.request.urlopen(urljoin(page, files[item.file]), timeout=120) as r, open(got, "wb") as f:
-            total = int(r.headers.get("Content-Length") or 0)
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-                progress.line(item.file, f"Progress {f.tell()} of {total}")
+        return _get(urljoin(page, files[item.file]), tmp / item.file, progress)
     except (urllib.error.URLError, OSError) as exc:
         raise FetchError(f"could not download {item.file} from {index_url()}: {exc} -- check the network") from None
+
+
+def _get(url: str, got: Path, progress: _Progress) -> Path:
+    """url into got, its progress shown (the caller checks its sha256)."""
+    with urllib.request.urlopen(url, timeout=120) as r, open(got, "wb") as f:
+        total = int(r.headers.get("Content-Length") or 0)
+        while chunk := r.read(1 << 20):
+            f.write(chunk)
+            progress.line(got.name, f"Progress {f.tell()} of {total}")
     return got
+
+
+def _fetch_url(item: Pinned, tmp: Path, progress: _Progress) -> Path:
+    """A file pinned with its own address (the toolchain's Debian packages)."""
+    try:
+        return _get(item.url, tmp / item.file, progress)
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"{item.url} answers {exc.code}: the archive no longer serves {item.name} {item.version} "
+                         "(Debian replaces updated packages); re-pin the toolchain (`make pins ARGS=--toolchain`)"
+                         ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise FetchError(f"could not download {item.file} from {item.url}: {exc} -- check the network") from None
 
 
 def _pip_download(item: Pinned, tmp: Path, progress: _Progress) -> Path:
@@ -176,7 +192,8 @@ def _download_one(item: Pinned, dest: Path, log, progress: _Progress) -> None:
     with tempfile.TemporaryDirectory(dir=dest, prefix=temp_prefix("download")) as tmp:
         progress.start(item.file)
         try:
-            got = (_fetch_sdist if item.file.endswith(".tar.gz") else _pip_download)(item, Path(tmp), progress)
+            how = _fetch_url if item.url else _fetch_sdist if item.file.endswith(".tar.gz") else _pip_download
+            got = how(item, Path(tmp), progress)
         finally:
             took = progress.finish(item.file)
         actual = sha256_file(got)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags
 
-from . import addresses
+from . import addresses, buildroot
 from .errors import UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
@@ -43,6 +43,7 @@ class Pinned:
     record: str = ""
     # The libraries of this wheel the build links against a stub of (oeq_wheels/stubstore.py), from [stubs."FILE"].
     stubs: tuple["StubPin", ...] = ()
+    url: str = ""      # where it is fetched from, when not from the Python index (a Debian package of the toolchain)
 
     @property
     def requirement(self) -> str:
@@ -181,6 +182,7 @@ class Pins:
     consumer: Consumer
     arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
     upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
+    toolchain: "buildroot.Pins | None" = None  # [toolchain]: the build root's Debian packages
     variant: str = "pypi"                # which of oeq_variants these pins describe
 
     def for_variant(self, variant: str) -> "Pins":
@@ -462,6 +464,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         consumer=consumer,
         arches=arches,
         upstream=upstream,
+        toolchain=buildroot.load(data),
     )
 
 

@@ -96,7 +96,7 @@ def choose(runner: str) -> str:
 
 
 def container_args(outdir: Path, pythons: list[str] | None, matrix: str | None, force: bool,
-                   jobs: int | None, arches: list[str] | None = None) -> list[str]:
+                   jobs: int | None, arches: list[str] | None = None, toolchain: str = "pinned") -> list[str]:
     """OUTDIR first, then the build options in canonical form."""
     args = [str(outdir)]
     if pythons is not None:
@@ -105,6 +105,8 @@ def container_args(outdir: Path, pythons: list[str] | None, matrix: str | None, 
         args += ["--matrix", matrix]
     if arches is not None:
         args += ["--arch", ",".join(arches)]
+    if toolchain != "pinned":
+        args += ["--toolchain", toolchain]
     if force:
         args.append("--force")
     if jobs:

