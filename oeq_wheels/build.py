@@ -7,6 +7,7 @@ Two packages come out of one run:
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -355,6 +356,21 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -
     return toolchains, notes
 
 
+def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpreter], cache: Path
+                         ) -> dict[str, pythons.Interpreter]:
+    """Each interpreter with its C headers copied into the cache (the build root sees them there), and a line for
+    each whose headers are not the pinned ones ([toolchain.pythons])."""
+    out = {}
+    for v, interp in interps.items():
+        include, digest = pythons.headers(interp, cache)
+        version, pinned = pins.toolchain.pythons.get(v, ("(none)", ""))
+        if digest != pinned:
+            say(f"oeq-wheels: NOTE: CPython {interp.full_version}'s headers ({digest[:12]}) are not the pinned ones "
+                f"({version}, {pinned[:12] or 'none pinned'}): its wheels may differ from the released bytes")
+        out[v] = dataclasses.replace(interp, include=str(include))
+    return out
+
+
 def select_pythons(pins: pins_mod.Pins, versions: list[str] | None) -> tuple[list[str], list[str]]:
     """(every CPython to build, those of fastmace-oeq-ext). Each package has its own: a release torch without a
     cp310 wheel narrows fastmace-oeq-ext, never the OEq lines, which build against their own (floor) torch."""
@@ -377,7 +393,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
     ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
-    interps = pythons.find_all(wanted)
+    interps = pythons_with_headers(pins, pythons.find_all(wanted), cache)
     outdir = prepare_outdir(outdir)
     extra = prepare_outdir(extra_dir(outdir))
     toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))

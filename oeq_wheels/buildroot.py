@@ -58,6 +58,7 @@ class Pins:
     archive: str
     compilers: dict[str, str]             # by target architecture (pins.toml's [arch.NAME])
     debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
+    pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
 
     def for_host(self, machine: str) -> tuple[Deb, ...]:
         arch = DEBIAN_ARCH.get(machine, machine)
@@ -72,7 +73,8 @@ def load(data: dict) -> Pins:
     t = data["toolchain"]
     debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
             for k, v in t.items() if isinstance(v, dict) and "debs" in v}
-    return Pins(t["debian"], t["archive"], dict(t["compilers"]), debs)
+    pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
+    return Pins(t["debian"], t["archive"], dict(t["compilers"]), debs, pythons)
 
 
 def key(debs: tuple[Deb, ...]) -> str:

@@ -5,14 +5,17 @@ directory, then python3.X on PATH. Free-threaded builds are skipped (a different
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UsageError
+from .files import sha256_file, temp_prefix
 from .pins import cp_tag
 
 PROBE = (
@@ -123,3 +126,34 @@ def discover_all(manylinux_root: str = "/opt/python") -> list[Interpreter]:
         except PythonNotFound:
             pass
     return out
+
+
+def headers_digest(include: Path) -> str:
+    """What a CPython's C headers are: every file's relative name and sha256, in order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(include).rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(include).as_posix()}\0{sha256_file(path)}\n".encode())
+    return h.hexdigest()
+
+
+def headers(interp: Interpreter, cache: Path) -> tuple[Path, str]:
+    """(the interpreter's C headers as a build input, their digest): copied once into the cache, named by content,
+    where the pinned build root sees them as well (a system CPython's lie under the host's /usr, which the root
+    replaces). The compiler's prefix map names them python3.X, so where they lie does not reach the bytes."""
+    digest = headers_digest(Path(interp.include))
+    target = cache / "extract" / f"cpython-{interp.full_version}-headers-{digest[:16]}"
+    if not (target / ".complete").is_file():
+        tmp = target.with_name(temp_prefix(target.name) + "tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(interp.include, tmp, symlinks=False)
+        # Debian's pyconfig.h picks the architecture's own from <TRIPLET/python3.X/pyconfig.h> in /usr/include.
+        for rel in re.findall(r"#\s*include\s*<([\w.-]+/python3\.\d+/pyconfig\.h)>", (tmp / "pyconfig.h").read_text()):
+            if (Path("/usr/include") / rel).is_file():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path("/usr/include") / rel, tmp / rel)
+        if headers_digest(Path(interp.include)) != digest:
+            raise PythonNotFound(f"CPython {interp.full_version}'s headers ({interp.include}) changed while copied")
+        (tmp / ".complete").write_text(digest)
+        shutil.rmtree(target, ignore_errors=True)
+        os.rename(tmp, target)
+    return target.resolve(), digest
