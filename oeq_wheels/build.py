@@ -307,17 +307,27 @@ TOOLCHAINS = ("pinned", "host")
 def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
     """A function arch -> Toolchain for --toolchain pinned (the default) or host, and the line that says which.
 
-    pinned: this host's own compilers where they are the pinned packages, unchanged (a container made of them);
-    else the pinned build root's, run through bubblewrap; else one line naming the difference. host: whatever
-    compiler this host has (CXX, or g++): its wheels are not the released bytes, and the line says so.
+    pinned: the pinned build root's compilers, run through bubblewrap; where bubblewrap cannot run (in a container)
+    this host's own, if they are the pinned packages, unchanged (a container made of them); else one line naming
+    both reasons. host: whatever compilers this host has (CXX, or g++): its wheels are not the released bytes.
     """
     if mode == "host":
         return cc.cross_toolchain, ("--toolchain host: this host's compilers, not the pinned toolchain; its wheels "
                                     "are not the released bytes")
+    set_by_user = [v for v in ("CXX", "CC", "STRIP", "AR") if os.environ.get(v)]
+    if set_by_user:
+        say(f"oeq-wheels: NOTE: {', '.join(set_by_user)} ignored: the pinned toolchain builds (--toolchain host "
+            "builds with them)")
     debs = pins.toolchain.for_host(cc.host_arch())
-    differs = buildroot.host_difference(debs)
-    if differs is None:
-        return cc.cross_toolchain, "this host's toolchain is the pinned one"
+    cannot = buildroot.bwrap_problem()
+    if cannot is not None:
+        differs = buildroot.host_difference(debs)
+        if differs is None:
+            return cc.pinned_host_toolchain, f"this host's toolchain is the pinned one (no build root: {cannot})"
+        raise BuildError(f"the pinned toolchain cannot build here: bubblewrap cannot run its build root ({cannot}), "
+                         f"and this host's toolchain is not the pinned one ({differs}); allow user namespaces "
+                         "(Ubuntu 24.04: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or build "
+                         "with --toolchain host (wheels that are not the released bytes)")
     items = [pins_mod.Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=pins.toolchain.archive + d.file)
              for d in debs]
     with Stage("all", "toolchain") as st:
@@ -331,7 +341,7 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
             raise BuildError(f"the build root's {arch.name} compiler says {t.version!r}, pins.toml [toolchain] "
                              f"compilers {pins.toolchain.compilers.get(arch.name)!r}; re-pin the toolchain")
         return t
-    return make, f"the pinned build root {key} (Debian {pins.toolchain.debian}; this host's toolchain differs: {differs})"
+    return make, f"the pinned build root {key} (Debian {pins.toolchain.debian} packages, run by bubblewrap)"
 
 
 def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -> tuple[dict[str, cc.Toolchain], list[str]]:

@@ -174,6 +174,20 @@ def bwrap() -> str:
         return found
 
 
+def bwrap_problem() -> str | None:
+    """None when bubblewrap can make its sandbox here, else why not (in a container; user namespaces refused)."""
+    try:
+        exe = bwrap()
+    except BuildRootError as exc:
+        return str(exc)
+    res = subprocess.run([exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                         capture_output=True, text=True)
+    if res.returncode == 0:
+        return None
+    lines = (res.stderr or res.stdout).strip().splitlines()
+    return lines[-1] if lines else f"bwrap exit {res.returncode}"
+
+
 def shim_text(root: Path, tool: str, bwrap_exe: str) -> str:
     """A shell script that runs the root's `tool` with the host's own directories at their own paths."""
     system = "|".join("/" + d for d in SYSTEM_DIRS)

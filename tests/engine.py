@@ -3,8 +3,9 @@
 The pinned quay.io/pypa/manylinux_2_28_x86_64 is used wherever it can be had (CI's test.yml pulls
 it). Elsewhere (no registry but PyPI and Debian's) this image stands in: `debootstrap
 --variant=minbase` of Debian 12 with g++, binutils, make, git, tar and bash, and this machine's
-CPythons at /opt/python/cpXY-cpXY, as manylinux images lay them out. Its compiler is the host's
-(Debian's g++ 12), so its wheels must equal the host runner's byte for byte. It trusts what this
+CPythons at /opt/python/cpXY-cpXY, as manylinux images lay them out. Its compilers are the packages pins.toml
+[toolchain] pins (the archive serves those versions), so the build inside uses them as they are and its wheels must
+equal the host runner's byte for byte. It trusts what this
 host trusts (its CA bundle, e.g. a TLS-terminating proxy's, and pip is told so), since the build
 inside downloads the pinned inputs. Its name, oeq-wheels-test/debian12-standin:<content key>, can
 never be mistaken for the pinned image. The root file system is cached by that key.
@@ -23,7 +24,7 @@ from pathlib import Path
 from oeq_wheels import pythons
 
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
-PACKAGES = ("g++", "binutils", "make", "git", "tar", "bash", "ca-certificates", "xz-utils", "libssl3", "libffi8",
+PACKAGES = ("g++", "g++-aarch64-linux-gnu", "binutils", "make", "git", "tar", "bash", "ca-certificates", "xz-utils", "libssl3", "libffi8",
             "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g", "libreadline8", "libncursesw6", "libgdbm6", "libuuid1")
 PYTHONS = ("3.11", "3.12")   # the build's (3.11) and the tools' (build_in_container.sh prefers cp312)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")

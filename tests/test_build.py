@@ -171,8 +171,9 @@ def test_one_failing_python_leaves_no_wheel_and_fails(tmp_path, cp311_wheel, res
     wrapper.chmod(0o755)
     out = tmp_path / "out"
     env = {"CXX": str(wrapper), "OEQ_WHEELS_CACHE": str(fresh_object_cache)}
-    # The host runner: the injected CXX is the host's (a container build would use the image's compiler).
-    r = run_cli("build", "--python", "3.11,3.12", "--arch", "x86_64", "--runner", "host", str(out), env=env)
+    # The host runner and this host's compilers (--toolchain host), so that the injected CXX is the one used.
+    r = run_cli("build", "--python", "3.11,3.12", "--arch", "x86_64", "--runner", "host", "--toolchain", "host",
+                str(out), env=env)
     assert r.returncode == 1, r.stderr
     assert "[fastmace-oeq-ext cp312] FAILED" in r.stderr and "injected failure" in r.stderr
     x86 = [line for line in P.load().oeq_lines if line.arch.name == "x86_64"]

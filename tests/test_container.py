@@ -191,7 +191,7 @@ def test_no_clobber_and_options_in_any_order(eng, cp311_wheel, tmp_path):
 @pytest.mark.slow
 def test_failing_compile_in_container_leaves_no_wheel(eng, tmp_path):
     out = tmp_path / "out"
-    r, _ = build(eng, out, "--runner", "docker", "--python", "3.11",
+    r, _ = build(eng, out, "--runner", "docker", "--toolchain", "host", "--python", "3.11",
                  env=eng.env(OEQ_WHEELS_CONTAINER_CXX="g++ -include /nonexistent/forced-failure.h"))
     assert r.returncode != 0
     assert "forced-failure.h" in r.stderr and "no wheel written" in r.stderr

@@ -180,7 +180,8 @@ def test_parallel_builds_never_replace_a_different_wheel(tmp_path, cache, cp311_
 @pytest.mark.parametrize("cxx, says", [("/nonexistent/g++", "does not run"), ("", "CXX is set but empty"),
                                        ("false", "does not run")])
 def test_missing_or_broken_compiler_is_one_line(tmp_path, cache, cxx, says):
-    p = cli(["build", tmp_path / "dist", "--python", "3.11", "--runner", "host"], cache, tmp_path / "tmp", CXX=cxx)
+    p = cli(["build", tmp_path / "dist", "--python", "3.11", "--runner", "host", "--toolchain", "host"], cache,
+            tmp_path / "tmp", CXX=cxx)
     rc, err = finish(p, [])
     assert rc == 1 and says in err and "Traceback" not in err, err
     assert len([l for l in err.splitlines() if l.startswith("oeq-wheels: error")]) == 1

@@ -135,6 +135,14 @@ def cross_toolchain(arch) -> "Toolchain":
     return Toolchain.detect(tools)
 
 
+def pinned_host_toolchain(arch) -> "Toolchain":
+    """The compilers for arch where this host's own packages are the pinned ones: the packages' own files, by path
+    (a different g++ first on PATH, or CXX, is not the pinned toolchain)."""
+    prefix = "" if arch.name == host_arch() else arch.cross_prefix
+    return Toolchain.detect({k: f"/usr/bin/{prefix}{tool}" for k, tool in
+                             (("CXX", "g++"), ("CC", "gcc"), ("STRIP", "strip"), ("AR", "ar"))})
+
+
 def root_toolchain(arch, root: Path, key: str, where: Path) -> "Toolchain":
     """The compilers for arch (a pins.Arch) in the pinned build root: its native ones for this host's architecture,
     else its cross compilers; each a script in `where` that runs it there (oeq_wheels/buildroot.py)."""
