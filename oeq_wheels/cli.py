@@ -112,6 +112,8 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("--index-url", help="the repository's simple index, asked which files it already has "
                                         "(default: PyPI's/TestPyPI's, else <repository URL>/simple/)")
     pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
+    pb.add_argument("--require-recorded", action="store_true",
+                    help="refuse any wheel whose sha256 is not docs/validation.md's (the release job's gate)")
     pb.add_argument("--matrix")
 
     ix = sub.add_parser("site", parents=[common], help="lay out the binary OEq index site (GitHub Pages), one index per CUDA line",
@@ -332,7 +334,7 @@ def _publish(args) -> int:
     from .pins import load
     from .release.publish import publish
     return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
-                   args.index_url)
+                   args.index_url, args.require_recorded)
 
 
 def _site(args) -> int:

@@ -53,7 +53,7 @@ def processes_of(tmpdir: Path, but: int | None = None) -> list[str]:
 
 
 def private_cache(root: Path, cache: Path,
-                  share: tuple[str, ...] = ("downloads", "members", "stubs", "extract")) -> Path:
+                  share: tuple[str, ...] = ("downloads", "members", "stubs", "extract", "buildroot")) -> Path:
     """Shares the downloads and unpacked inputs (or only `share` of them), not the objects: a build in it really
     compiles."""
     root.mkdir()

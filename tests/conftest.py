@@ -89,7 +89,7 @@ def resumed_build(tmp_path_factory, cache):
     Its input trees are its own, linked from the shared member and stub stores (nothing fetched or stored again);
     that members and whole files give the same wheels is tests/test_members.py's (and bench/run.py --fetch-equal's)."""
     root = tmp_path_factory.mktemp("resumed")
-    c = private_cache(root / "cache", cache, share=("downloads", "members", "stubs"))
+    c = private_cache(root / "cache", cache, share=("downloads", "members", "stubs", "buildroot"))
     out, tmp = root / "dist", root / "tmp"
     p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
     seen = wait_for(p, r"\[cp311\] compile +started")

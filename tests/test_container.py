@@ -49,10 +49,13 @@ class Engine:
     def __init__(self, kind, cache):
         self.kind = kind
         self.client = "docker" if kind == "docker" else os.environ["OEQ_WHEELS_TEST_PODMAN"]
-        if REAL == "docker" and kind == "docker":  # CI: the runner's Docker with the pulled pinned image
+        if REAL == "docker" and kind == "docker":  # CI: the runner's Docker with the pulled manylinux image
             self.image, self.identical = runner.pinned_image(), False
         else:
             self.image, self.identical = test_image.ensure(self.client, cache), True
+        # The manylinux image is not made of the pinned toolchain's packages (nor can bubblewrap run the build root
+        # in a container): its builds take its own compilers, by name.
+        self.toolchain = [] if self.identical else ["--toolchain", "host"]
         # The work volume (downloads, unpacked inputs, objects) is kept between sessions, one per engine and cache
         # (the engines' stores live in the cache too): a second `make test` downloads and compiles nothing in it.
         # The build is safe to share it with (temporary names, atomic renames, checked caches).
@@ -116,7 +119,8 @@ X86 = ("--arch", "x86_64")
 def build(eng, out, *args, env=None, timeout=1800):
     """build.sh OUTDIR ARGS --arch x86_64 (or ARGS OUTDIR when the first is --last); returns (result, seconds)."""
     t0 = time.monotonic()
-    argv = [BUILD, *args[1:], *X86, str(out)] if args and args[0] == "--last" else [BUILD, str(out), *args, *X86]
+    argv = [BUILD, *args[1:], *X86, *eng.toolchain, str(out)] if args and args[0] == "--last" else \
+        [BUILD, str(out), *args, *X86, *eng.toolchain]
     r = subprocess.run(argv, env=env or eng.env(), capture_output=True, text=True, timeout=timeout)
     return r, time.monotonic() - t0
 

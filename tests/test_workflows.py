@@ -157,7 +157,10 @@ def test_release_builds_aarch64_natively_in_the_pinned_image_and_holds_the_cross
     runs = " ".join(s.get("run", "") for s in native["steps"])
     assert "build.sh native --runner host --arch aarch64" in runs and "oeq_wheels verify native-extra/" in runs
     build = " ".join(s.get("run", "") for s in jobs["build"]["steps"])
-    assert "--runner docker --arch x86_64" in build and "--runner host --arch aarch64" in build
+    assert "build.sh dist --runner host" in build and "apparmor_restrict_unprivileged_userns=0" in build
+    assert '--require-recorded' in build  # the release publishes only the bytes the GPU proofs ran
+    (py,) = [s for s in jobs["build"]["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+    assert py["with"]["python-version-file"] == "${{ runner.temp }}/pythons"  # [toolchain.pythons]' versions
     assert "compare-builds dist-extra native-extra --arch aarch64" in build
     assert '--torch $TORCHES --arch aarch64' in build  # the emulated rows, at the line's floor (release_plan)
 

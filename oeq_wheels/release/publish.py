@@ -187,8 +187,28 @@ def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     return path
 
 
+VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
+
+
+def recorded_sha256s(path: Path = VALIDATION) -> dict[str, str]:
+    """The release build's wheels and their sha256s as docs/validation.md's first table records them (the bytes the
+    GPU proofs ran): file name -> sha256."""
+    first = path.read_text().split("\n## ")[1]
+    return dict(re.findall(r"^\| `([^`]+\.whl)` \| `([0-9a-f]{64})` \|", first, re.M))
+
+
+def unrecorded(wheels: list[Path], recorded: dict[str, str]) -> list[str]:
+    """The wheels whose sha256 is not the recorded one, each a line saying so."""
+    out = []
+    for w in wheels:
+        got = sha256_file(w)
+        if recorded.get(w.name) != got:
+            out.append(f"{w.name}: sha256 {got[:16]}…, recorded {(recorded.get(w.name) or 'none')[:16]}")
+    return out
+
+
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
-            repository_url: str | None = None, index_url: str | None = None) -> int:
+            repository_url: str | None = None, index_url: str | None = None, require_recorded: bool = False) -> int:
     """The gate over both packages, then `twine upload` of OUTDIR's fastmace-oeq-ext wheels only.
 
     Before uploading, the repository's index is asked which files it already has: a file
@@ -206,6 +226,12 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
             bad.append(w.name)
     if bad:
         raise ReleaseError(f"refusing to publish: {len(bad)} wheel(s) failed verification: {', '.join(bad)}")
+    if require_recorded:
+        differ = unrecorded(ours + oeq, recorded_sha256s())
+        if differ:
+            raise ReleaseError(f"refusing to publish {len(differ)} wheel(s) whose bytes are not the ones the GPU proofs "
+                               f"ran (docs/validation.md): {'; '.join(differ)}; re-run the GPU proof and record it")
+        print(f"all {len(ours + oeq)} wheel(s) are the recorded bytes (docs/validation.md)")
     sums = write_sha256sums(ours + oeq, extra_dir(outdir))
     print(f"wrote {sums}")
     target = redact(repository_url) if repository_url else (repository or "pypi")

@@ -1,0 +1,121 @@
+"""The toolchain is a pinned input: the build root of exactly the pinned Debian packages, the host check, the
+release's gate on the recorded bytes."""
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from conftest import REPO, run_cli
+from oeq_wheels import buildroot, pins as P
+from oeq_wheels.release import publish
+
+
+def test_every_pinned_package_names_its_archive_file_and_sha256():
+    tc = P.load().toolchain
+    debs = tc.for_host("x86_64")
+    assert len({d.name for d in debs}) == len(debs) > 50
+    for d in debs:
+        assert d.file.startswith("pool/main/") and d.file.endswith(("_amd64.deb", "_all.deb")), d
+        assert len(d.sha256) == 64 and int(d.sha256, 16) >= 0, d
+    names = {d.name for d in debs}
+    assert {"g++-12", "binutils", "libc6-dev", "libstdc++-12-dev", "g++-12-aarch64-linux-gnu",
+            "libc6-dev-arm64-cross"} <= names
+    assert set(tc.compilers) == set(P.load().arches)  # each target's compiler says what it is
+    assert set(tc.pythons) == set(P.load().pythons)    # each CPython's headers, by content
+
+
+def test_the_roots_name_follows_every_package():
+    debs = P.load().toolchain.for_host("x86_64")
+    changed = (buildroot.Deb(debs[0].name, debs[0].version, debs[0].file, "0" * 64), *debs[1:])
+    assert buildroot.key(debs) == buildroot.key(tuple(reversed(debs))) != buildroot.key(changed)
+
+
+def test_a_build_host_without_pins_is_one_line():
+    with pytest.raises(buildroot.BuildRootError, match=r"no toolchain for a riscv64 build host \(\[toolchain\.riscv64\]\)"):
+        P.load().toolchain.for_host("riscv64")
+
+
+def deb(tmp_path, files: dict[str, bytes]):
+    """A Debian package (ar: debian-binary, control.tar.xz, data.tar.xz) holding files."""
+    def tar(entries):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:xz") as tf:
+            for name, body in entries.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                tf.addfile(info, io.BytesIO(body))
+        return buf.getvalue()
+    out = b"!<arch>\n"
+    for name, body in (("debian-binary", b"2.0\n"), ("control.tar.xz", tar({"./control": b"Package: x\n"})),
+                       ("data.tar.xz", tar(files))):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(body):<10}`\n".encode() + body + (b"\n" if len(body) % 2 else b"")
+    path = tmp_path / "x.deb"
+    path.write_bytes(out)
+    return path
+
+
+def test_a_package_is_unpacked_into_the_merged_usr_layout(tmp_path):
+    root = tmp_path / "root"
+    for link, dest in buildroot.MERGED.items():
+        (root / dest).mkdir(parents=True, exist_ok=True)
+        os.symlink(dest, root / link)
+    buildroot.unpack_deb(deb(tmp_path, {"./lib/x86_64-linux-gnu/libx.so.1": b"lib", "./usr/bin/tool": b"bin"}), root)
+    assert (root / "usr/lib/x86_64-linux-gnu/libx.so.1").read_bytes() == b"lib"
+    assert (root / "lib").is_symlink() and (root / "usr/bin/tool").read_bytes() == b"bin"
+    (tmp_path / "bad.deb").write_bytes(b"not a package")
+    with pytest.raises(buildroot.BuildRootError, match="not an ar archive"):
+        buildroot.unpack_deb(tmp_path / "bad.deb", root)
+
+
+def test_the_roots_commands_see_the_hosts_directories_but_not_its_system():
+    text = buildroot.shim_text(REPO, "g++", "/bin/bwrap")
+    assert "--tmpfs / --ro-bind '" in text and "/usr' /usr" in text and "/usr/bin/g++" in text
+    for d in ("/usr", "/etc", "/lib", "/proc"):
+        assert f"{d}|" in text or f"|{d})" in text  # never bound from the host
+    assert "--unsetenv LD_LIBRARY_PATH" in text and "--unsetenv CPATH" in text
+
+
+def test_this_hosts_toolchain_is_named_where_it_differs(tmp_path, monkeypatch):
+    debs = (buildroot.Deb("coreutils", "0.0-not-this", "pool/main/c/coreutils/x.deb", "0" * 64),)
+    assert buildroot.host_difference(debs).startswith("coreutils is ")
+    missing = (buildroot.Deb("no-such-package-here", "1", "pool/x.deb", "0" * 64),)
+    assert buildroot.host_difference(missing) == "no-such-package-here 1 is not installed"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "no dpkg" in buildroot.host_difference(debs)
+
+
+def test_the_release_gate_refuses_bytes_that_are_not_the_recorded_ones(tmp_path):
+    recorded = publish.recorded_sha256s()
+    assert len(recorded) == 20 and all(len(h) == 64 for h in recorded.values())
+    name = next(iter(recorded))
+    w = tmp_path / name
+    w.write_bytes(b"other bytes")
+    (line,) = publish.unrecorded([w], recorded)
+    assert line.startswith(f"{name}: sha256 {hashlib.sha256(b'other bytes').hexdigest()[:16]}")
+    assert publish.unrecorded([w], {name: hashlib.sha256(b"other bytes").hexdigest()}) == []
+
+
+@pytest.mark.slow
+def test_a_different_compiler_first_on_path_still_gives_the_recorded_bytes(tmp_path, cache, cp311_wheel):
+    """A g++ that says another version and compiles differently (-O0), first on PATH and as CXX: the pinned
+    toolchain builds anyway, so the cp311 wheels are docs/validation.md's; --toolchain host takes it, and says so."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("g++", "c++"):
+        (fake / tool).write_text('#!/bin/sh\ncase "$1" in --version) echo "g++ (Other) 99.0.0"; exit 0;; esac\n'
+                                 'exec /usr/bin/g++ -O0 "$@"\n')
+        (fake / tool).chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CXX": str(fake / "g++"), "OEQ_WHEELS_CACHE": str(cache)}
+    out = tmp_path / "dist"
+    r = run_cli("build", str(out), "--python", "3.11", "--runner", "host", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CXX ignored" in r.stderr and "the pinned build root" in r.stderr
+    built = sorted(out.glob("*.whl")) + sorted((tmp_path / "dist-extra").glob("*.whl"))
+    assert len(built) == 5 and publish.unrecorded(built, publish.recorded_sha256s()) == []
+    r = run_cli("build", str(tmp_path / "host"), "--python", "3.11", "--arch", "x86_64", "--runner", "host",
+                "--toolchain", "host", env=env)
+    assert "--toolchain host: this host's compilers, not the pinned toolchain" in r.stderr
+    assert "g++ (Other) 99.0.0" in r.stderr
