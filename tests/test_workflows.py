@@ -120,7 +120,7 @@ def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_pe
     assert pages["environment"]["name"] == "github-pages"
     assert pages["concurrency"] == {"group": "pages", "cancel-in-progress": False}  # deployments never overlap
     assert all("pages" not in j.get("permissions", {}) and "id-token" not in j.get("permissions", {})
-               for name, j in jobs.items() if name not in ("pages", "publish-pypi"))
+               for name, j in jobs.items() if name not in ("pages", "publish-pypi", "attest"))
     runs = " ".join(s.get("run", "") for s in pages["steps"])
     assert "gh release download" in runs and "--pattern SHA256SUMS" in runs
     assert "-m oeq_wheels site --out _site" in runs and '--release "$d"' in runs
@@ -196,3 +196,16 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
                                                                     torch_version="9.1.0"))
     assert json.loads(release_plan(narrowed)["pythons"]) == ["3.11", "3.12"]
     assert release_plan(narrowed)["x86_64_torches"].startswith("9.1.0,")
+
+
+def test_every_wheel_the_release_attaches_and_serves_is_attested_with_least_privilege():
+    jobs = load("release.yml")["jobs"]
+    attest = jobs["attest"]
+    assert attest["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write"}
+    assert attest["needs"] == "publish-pypi" and jobs["github-release"]["needs"] == "attest"
+    (dl,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert dl["with"]["pattern"] == "{wheels,oeq-wheels}"  # both packages' wheels
+    (step,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+    assert step["with"]["subject-path"] == "out/*.whl"
+    from oeq_wheels import pins as P
+    assert f"gh attestation verify WHEEL --repo {P.load().repository}" in (REPO / "README.md").read_text()
