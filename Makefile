@@ -3,7 +3,7 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish site rehearse-release install-matrix check-tag pins clean
+.PHONY: wheels test verify publish site rehearse-release rehearse-ci install-matrix check-tag pins clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
@@ -23,6 +23,11 @@ site:
 # Build, then rehearse the release's hosting and README's install lines with pip and uv (REHEARSE_FLAGS: --installer pip).
 rehearse-release: wheels
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels rehearse $(OUTDIR) $(REHEARSE_FLAGS)
+
+# release.yml (and the test.yml it calls) under act, as GitHub's runner would run them, before a release
+# (REHEARSE_CI_FLAGS: --job tag, --python 3.11 for the suite's slice, --keep).
+rehearse-ci:
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels rehearse-ci $(REHEARSE_CI_FLAGS)
 
 # Plain pip and uv installs with every compiler replaced by a sentinel (MATRIX_FLAGS: --torch 2.14.1 ...).
 install-matrix:

