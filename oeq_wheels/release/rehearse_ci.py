@@ -228,7 +228,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
     pins = pins_mod.load()
     act = act_binary()
     user, home = runner_user()
-    ws = Path(tempfile.mkdtemp(prefix="oeq-wheels-rehearse-ci-"))
+    # Not under this run's private TMPDIR (mode 700): the runner user works in it.
+    ws = Path(tempfile.mkdtemp(prefix="oeq-wheels-rehearse-ci-", dir="/tmp"))
     ws.chmod(0o755)
     log = ws / "act.log"
     try:
