@@ -248,6 +248,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         versions = [v for v, _ in sorted(pins.toolchain.pythons.items())]
         tool_cache(ws / "toolcache", versions)
         hostcc = host_compiler(ws / "hostcc")
+        (ws / "bin").mkdir()
+        act = shutil.copy(act, ws / "bin" / "act")  # the runner user reaches no file of the caller's home
         for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
             (ws / d).mkdir()
         if os.geteuid() == 0:
