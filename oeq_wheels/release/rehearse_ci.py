@@ -62,8 +62,9 @@ def act_binary() -> str:
                          "`make rehearse-ci`")
 
 
-def local_repositories(workflows: list[Path]) -> list[str]:
-    """act's --local-repository arguments: every pinned action the workflows use that has a stand-in."""
+def local_repositories(workflows: list[Path], standins: Path = STANDIN_DIR) -> list[str]:
+    """act's --local-repository arguments: every pinned action the workflows use that has a stand-in (in `standins`,
+    the clone's tools/ci/act)."""
     out, missing = [], []
     for wf in workflows:
         for repo, sha in USES.findall(wf.read_text()):
@@ -71,7 +72,7 @@ def local_repositories(workflows: list[Path]) -> list[str]:
             if folder == "?":
                 missing.append(f"{repo} ({wf.name})")
             elif folder:
-                out.append(f"{repo}@{sha}={STANDIN_DIR / folder}")
+                out.append(f"{repo}@{sha}={standins / folder}")
     if missing:
         raise RehearsalError(f"no stand-in for {', '.join(sorted(set(missing)))}; add one to STANDINS "
                              "(oeq_wheels/release/rehearse_ci.py) and tools/ci/act/")
@@ -248,6 +249,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         versions = [v for v, _ in sorted(pins.toolchain.pythons.items())]
         tool_cache(ws / "toolcache", versions)
         hostcc = host_compiler(ws / "hostcc")
+        standins = clone / STANDIN_DIR.relative_to(REPO)
         (ws / "bin").mkdir()
         act = shutil.copy(act, ws / "bin" / "act")  # the runner user reaches no file of the caller's home
         for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
@@ -276,12 +278,12 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                    "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
                    "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),
-                   "PATH": f"{hostcc}:{STANDIN_DIR / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                   "PATH": f"{hostcc}:{standins / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                    "HOME": str(home), "USER": user}
             cmd = [act, "push", "-W", str(workflow), "-e", str(event), "-P", "ubuntu-24.04=-self-hosted",
                    "--action-cache-path", str(ws / "act-cache"),
                    *(a for r in local_repositories([clone / ".github" / "workflows" / w
-                                                    for w in ("release.yml", "test.yml")])
+                                                    for w in ("release.yml", "test.yml")], standins)
                      for a in ("--local-repository", r)),
                    *(a for j in jobs or [] for a in ("-j", j))]
             say(f"rehearse-ci: act log: {log}")
