@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import pins as pins_mod, pythons
 from ..errors import OeqWheelsError
 from ..progress import say
-from .publish import recorded_sha256s
+from .publish import recorded_sha256s, unrecorded
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_DIR = REPO / "tools" / "ci" / "act"
@@ -301,7 +301,15 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             keep = True
             return rc
         shutil.copyfile(log, _last_log())
-        problems = check_published(ws, recorded_sha256s(clone / "docs" / "validation.md"), complete=not (jobs or python))
+        recorded = recorded_sha256s(clone / "docs" / "validation.md")
+        problems = check_published(ws, recorded, complete=not (jobs or python))
+        if python:  # the slice publishes nothing: its build's own wheels are held to the record
+            built = sorted(clone.glob("dist/*.whl")) + sorted(clone.glob("dist-extra/*.whl"))
+            problems += [f"slice: {line}" for line in unrecorded(built, recorded)] or []
+            if not built:
+                problems.append("slice: the build job left no wheel")
+            else:
+                say(f"rehearse-ci: the slice's {len(built)} wheel(s) are the recorded bytes" if not problems else "")
         for p in problems:
             say(f"rehearse-ci: FAIL: {p}")
         say(f"rehearse-ci: {'FAILED' if problems else 'OK'}; log {log}")

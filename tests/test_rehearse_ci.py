@@ -1,0 +1,50 @@
+"""`make rehearse-ci` runs the workflows under act as GitHub's runner would; here its narrow slice: release.yml's tag
+job, then its build job's steps for one CPython, as a non-root user with password-free sudo and a host compiler that
+is not the pinned one first on PATH. The full rehearsal (both workflows whole) runs before a release."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from oeq_wheels.release import rehearse_ci
+
+
+def test_every_action_the_workflows_use_has_a_stand_in_or_runs_as_it_is():
+    workflows = [REPO / ".github" / "workflows" / w for w in ("release.yml", "test.yml")]
+    args = rehearse_ci.local_repositories(workflows)
+    assert any(a.startswith("actions/setup-python@") and a.endswith("tools/ci/act/setup-python") for a in args)
+    assert not any(a.startswith("actions/checkout@") for a in args)  # act's own: the clone is the workspace
+    for _repo, (folder, _what) in rehearse_ci.STANDINS.items():
+        assert folder is None or (rehearse_ci.STANDIN_DIR / folder).exists(), folder
+
+
+def test_an_action_without_a_stand_in_is_one_line(tmp_path):
+    wf = tmp_path / "x.yml"
+    wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")
+    with pytest.raises(rehearse_ci.RehearsalError, match=r"no stand-in for someone/new-action \(x.yml\)"):
+        rehearse_ci.local_repositories([wf])
+
+
+def test_the_slice_keeps_the_tag_job_and_the_build_steps_for_one_cpython(tmp_path):
+    import yaml
+    out = yaml.safe_load(rehearse_ci.narrow(REPO / ".github" / "workflows" / "release.yml", "3.11",
+                                            tmp_path / "slice.yml").read_text())
+    assert set(out["jobs"]) == {"tag", "build"} and out["jobs"]["build"]["needs"] == ["tag"]
+    runs = [s.get("run", "") for s in out["jobs"]["build"]["steps"]]
+    assert any("build.sh dist --python 3.11 --runner host" in r for r in runs) and runs[-1].strip() == "make verify"
+    assert "push" in out.get("on", out.get(True))  # YAML 1.1 reads the key `on` as true
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode,
+                    reason="needs root or password-free sudo, as GitHub's runner has")
+def test_release_workflows_tag_job_and_one_cpythons_build_run_under_act_as_githubs_runner_would():
+    r = subprocess.run(["make", "rehearse-ci", "REHEARSE_CI_FLAGS=--python 3.11 --keep-caches"], cwd=REPO,
+                       capture_output=True, text=True, timeout=3000)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "run by user oeq-ci (password-free sudo)" in out or "password-free sudo" in out
+    assert "NOT RUN: job build-aarch64-native" in out and "stand-in for actions/setup-python" in out
+    assert "[release/tag] 🏁  Job succeeded" in out and "[release/build] 🏁  Job succeeded" in out
+    assert "the slice's 5 wheel(s) are the recorded bytes" in out
