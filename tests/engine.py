@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from oeq_wheels import pythons
+from oeq_wheels import debian, pythons
 
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 PACKAGES = ("g++", "g++-aarch64-linux-gnu", "binutils", "make", "git", "tar", "bash", "ca-certificates", "xz-utils", "libssl3", "libffi8",
@@ -60,11 +60,19 @@ def rootfs(cache: Path) -> Path:
         return out
     if not shutil.which("debootstrap"):
         raise RuntimeError("debootstrap is missing (apt-get install debootstrap); the test command installs it as root")
+    # As root, or through password-free sudo (GitHub's runner): debootstrap and what reads its root need root.
+    sudo = debian.as_root()
+    if sudo is None:
+        raise RuntimeError("making the test image needs root or password-free sudo (debootstrap)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="oeq-wheels-rootfs-", dir=out.parent) as tmp:
+    tmp = tempfile.mkdtemp(prefix="oeq-wheels-rootfs-", dir=out.parent)
+    try:
         root = Path(tmp) / "root"
-        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR],
-                       check=True, capture_output=True)
+        subprocess.run([*sudo, "debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root),
+                        MIRROR], check=True, capture_output=True)
+        if sudo:  # the interpreters and the CA bundle go in as this user
+            subprocess.run([*sudo, "chown", f"{os.getuid()}:{os.getgid()}", str(root / "opt"), str(root / "etc"),
+                            str(root / "etc" / "ssl" / "certs")], check=True)
         for interp in _interpreters():
             prefix = _prefix(interp.executable)  # kept at its own path: its libpython is found by an absolute RUNPATH
             dest = root / prefix.lstrip("/")
@@ -76,9 +84,18 @@ def rootfs(cache: Path) -> Path:
             shutil.copyfile(HOST_CA, root / "etc" / "ssl" / "certs" / "ca-certificates.crt")
             (root / "etc" / "pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
         part = out.with_name(out.name + f".{os.getpid()}.part")
-        with tarfile.open(part, "w:gz", compresslevel=1) as tf:
-            tf.add(root, arcname=".")
+        if sudo:  # files only root may read (/etc/shadow, /root): tar as root, into a file of this user's
+            with open(part, "wb") as f:
+                tar = subprocess.Popen([*sudo, "tar", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE)
+                gz = subprocess.run(["gzip", "-1"], stdin=tar.stdout, stdout=f, check=True)
+                if tar.wait() != 0 or gz.returncode != 0:
+                    raise RuntimeError("tar of the test image's root failed")
+        else:
+            with tarfile.open(part, "w:gz", compresslevel=1) as tf:
+                tf.add(root, arcname=".")
         os.replace(part, out)
+    finally:
+        subprocess.run([*(sudo or []), "rm", "-rf", tmp], capture_output=True)
     for old in out.parent.glob("rootfs-*"):
         if old != out and old.is_file():
             old.unlink()

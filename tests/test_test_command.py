@@ -45,8 +45,10 @@ def states(r) -> dict:
 def test_not_root_both_engines_are_a_named_skip(tmp_path):
     r = engine_up(bare_path(tmp_path, 1000), tmp_path)
     assert r.stderr.strip().splitlines() == [
-        "test.sh: no container engine of our own (needs root and apt-get); the real-engine tests skip"]
-    reason = "skip: no container engine of our own: starting one needs root and apt-get (tools/ci/engine.sh)"
+        "test.sh: no container engine of our own (needs root or password-free sudo, and apt-get); the real-engine "
+        "tests skip"]
+    reason = ("skip: no container engine of our own: starting one needs root (or password-free sudo) and apt-get "
+              "(tools/ci/engine.sh)")
     assert "rc=0" in r.stdout and states(r) == {"DOCKER": reason, "PODMAN": reason}
 
 
@@ -70,6 +72,21 @@ def test_a_dockerd_that_cannot_start_and_a_missing_podman_fail_with_why(tmp_path
     assert got["DOCKER"] == ("fail: dockerd did not start (overlay2, then vfs): failed to start daemon: error "
                              "initializing graphdriver: no space left"), r.stdout + r.stderr
     assert got["PODMAN"] == "fail: apt-get install podman failed: E: Unable to locate package podman"
+
+
+def test_not_root_with_password_free_sudo_the_engines_come_up_through_sudo(tmp_path):
+    """GitHub's runner: not root, password-free sudo. The daemon and podman run through sudo, the socket is the
+    user's group's."""
+    log = tmp_path / "sudo.log"
+    path = bare_path(tmp_path, 1000, tools={
+        "sudo": f'echo "$*" >> {log}; [ "$1" = -n ] && shift; exec "$@"', "true": "exit 0",
+        "dockerd": "exec sleep 30", "docker": "exit 0", "debootstrap": "exit 0", "runc": "exit 0",
+        "podman": "exit 0", "apt-get": "exit 0"})
+    r = engine_up(path, tmp_path)
+    assert states(r) == {"DOCKER": "up", "PODMAN": "up"}, r.stdout + r.stderr
+    calls = log.read_text()
+    assert "-n dockerd -H unix://" in calls and "--group 1000" in calls and "-n env CONTAINERS_CONF=" in calls
+    assert "through sudo" in r.stderr
 
 
 def test_engines_that_come_up_are_up(tmp_path):
