@@ -125,6 +125,8 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--python", help="the suite's slice: the tag job and the build job's steps for this CPython")
     rc.add_argument("--keep-caches", action="store_true", help="keep the runner user's caches (default: empty them)")
     rc.add_argument("--keep", action="store_true", help="keep the rehearsal's folder (the clone, the log)")
+    rc.add_argument("--without-tests", action="store_true",
+                    help="every job of release.yml but the test workflow it calls (run `make test` on its own)")
 
     ix = sub.add_parser("site", parents=[common], help="lay out the binary OEq index site (GitHub Pages), one index per CUDA line",
                         description="Write SITE: /<line>/simple/ (PEP 503 + PEP 691 JSON + PEP 658 metadata), "
@@ -349,7 +351,7 @@ def _publish(args) -> int:
 
 def _rehearse_ci(args) -> int:
     from .release.rehearse_ci import run
-    return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep)
+    return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep, tests=not args.without_tests)
 
 
 def _site(args) -> int:

@@ -194,6 +194,23 @@ def _last_log() -> Path:
     return out
 
 
+def without_tests(workflow: Path, out: Path) -> Path:
+    """release.yml without the test workflow it calls (make test runs on its own: `make test`, CI), every other job
+    as it is."""
+    import yaml
+    wf = yaml.safe_load(workflow.read_text())
+    wf["on"] = wf.pop(True, wf.get("on"))
+    del wf["jobs"]["tests"]
+    for job in wf["jobs"].values():
+        needs = job.get("needs")
+        if isinstance(needs, list) and "tests" in needs:
+            job["needs"] = [n for n in needs if n != "tests"]
+        elif needs == "tests":
+            del job["needs"]
+    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
+    return out
+
+
 def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[str]:
     """What the release put on the loopback PyPI, the release and the site, held to the recorded bytes; problems."""
     import hashlib
@@ -222,7 +239,8 @@ def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[
     return problems
 
 
-def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = True, keep: bool = False) -> int:
+def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = True, keep: bool = False,
+        tests: bool = True) -> int:
     """Run release.yml (which calls test.yml) under act; jobs: only these (act -j, with their needs); python: the
     narrow slice (narrow()) for that CPython. Returns act's exit status, or 1 when what was published is not the
     recorded bytes."""
@@ -243,6 +261,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         workflow = clone / ".github" / "workflows" / "release.yml"
         if python:
             workflow = narrow(workflow, python, ws / "release-slice.yml")
+        elif not tests:
+            workflow = without_tests(workflow, ws / "release-without-tests.yml")
+            say("rehearse-ci: NOT RUN: job tests (test.yml's make test): --without-tests")
         event = ws / "event.json"
         event.write_text(json.dumps({"ref": f"refs/tags/{tag}", "ref_name": tag,
                                      "repository": {"full_name": pins.repository}}))
