@@ -141,8 +141,10 @@ def headers(interp: Interpreter, cache: Path) -> tuple[Path, str]:
     where the pinned build root sees them as well (a system CPython's lie under the host's /usr, which the root
     replaces). The compiler's prefix map names them python3.X, so where they lie does not reach the bytes."""
     digest = headers_digest(Path(interp.include))
-    target = cache / "extract" / f"cpython-{interp.full_version}-headers-{digest[:16]}"
+    # named as an installed CPython names them (include/python3.X), in a folder named by content
+    target = cache / "extract" / f"cpython-{interp.full_version}-headers-{digest[:16]}" / f"python{interp.version}"
     if not (target / ".complete").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(temp_prefix(target.name) + "tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(interp.include, tmp, symlinks=False)
