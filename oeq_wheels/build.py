@@ -301,9 +301,6 @@ def check_arch_names(pins: pins_mod.Pins, requested: list[str] | None) -> list[s
     return known
 
 
-TOOLCHAINS = ("pinned", "host")
-
-
 def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
     """A function arch -> Toolchain for --toolchain pinned (the default) or host, and the line that says which.
 
