@@ -194,6 +194,31 @@ def _last_log() -> Path:
     return out
 
 
+def without(workflow: Path, jobs: set[str], out: Path) -> Path:
+    """release.yml without `jobs` (the arm runner's, which act cannot run here; the test workflow it calls, with
+    --without-tests), every other job as it is but for those names in its needs."""
+    import yaml
+    wf = yaml.safe_load(workflow.read_text())
+    wf["on"] = wf.pop(True, wf.get("on"))
+    for name in jobs:
+        del wf["jobs"][name]
+    for job in wf["jobs"].values():
+        needs = job.get("needs")
+        if isinstance(needs, list):
+            job["needs"] = [n for n in needs if n not in jobs]
+        elif needs in jobs:
+            del job["needs"]
+    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
+    return out
+
+
+def _last_log() -> Path:
+    from ..files import default_cache
+    out = default_cache() / "rehearse-ci" / "last.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def without_tests(workflow: Path, out: Path) -> Path:
     """release.yml without the test workflow it calls (make test runs on its own: `make test`, CI), every other job
     as it is."""
@@ -261,9 +286,10 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         workflow = clone / ".github" / "workflows" / "release.yml"
         if python:
             workflow = narrow(workflow, python, ws / "release-slice.yml")
-        elif not tests:
-            workflow = without_tests(workflow, ws / "release-without-tests.yml")
-            say("rehearse-ci: NOT RUN: job tests (test.yml's make test): --without-tests")
+        else:
+            workflow = without(workflow, set(NOT_RUN) | (set() if tests else {"tests"}), ws / "release-here.yml")
+            if not tests:
+                say("rehearse-ci: NOT RUN: job tests (test.yml's make test): --without-tests")
         event = ws / "event.json"
         event.write_text(json.dumps({"ref": f"refs/tags/{tag}", "ref_name": tag,
                                      "repository": {"full_name": pins.repository}}))
