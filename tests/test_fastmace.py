@@ -197,3 +197,20 @@ def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_pat
     assert any(p.startswith(f"fastmace 1.0.0 would not use this wheel with torch {ct} and openequivariance "
                             f"{pins.oeq.version}: fastmace-oeq-ext was built for torch {t}, installed is {ct}")
                for p in v.problems), v.problems
+
+
+def test_fastmaces_check_runs_a_cpython_that_finds_its_libpython_only_through_ld_library_path(cp311_wheel, tmp_path,
+                                                                                            monkeypatch):
+    """setup-python's shared CPythons on GitHub's runner need LD_LIBRARY_PATH (make rehearse-ci found the gate's
+    FastMACE check failing there): the check's clean environment keeps it."""
+    from oeq_wheels import pythons
+    real = pythons.find("3.11")
+    shared = tmp_path / "python3.11"
+    shared.write_text('#!/bin/sh\n[ "$LD_LIBRARY_PATH" = /the/libpython/dir ] || { echo "python3.11: error while '
+                      'loading shared libraries: libpython3.11.so.1.0: cannot open shared object file" >&2; '
+                      f'exit 127; }}\nexec {real.executable} "$@"\n')
+    shared.chmod(0o755)
+    monkeypatch.setattr(pythons, "find", lambda v: pythons.Interpreter(v, real.full_version, str(shared), real.include))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/the/libpython/dir")
+    pins = P.load()
+    assert consumer.problems(consumer.wheel_files(cp311_wheel), "3.11", pins) == []

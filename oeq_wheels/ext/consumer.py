@@ -10,6 +10,7 @@ the CPython of the wheel's tag (FastMACE takes that from sys.version_info).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import zipfile
@@ -57,6 +58,9 @@ def ask(files: dict[str, bytes], python: str, p: Pins, *, torch: str | None = No
                 pkg.mkdir(exist_ok=True)
                 (pkg / name.split("/", 1)[1]).write_bytes(data)
         env = {"PYTHONPATH": str(root), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}
+        # A shared CPython may find its libpython only there (setup-python's, on GitHub's runner: make rehearse-ci).
+        if os.environ.get("LD_LIBRARY_PATH"):
+            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         res = subprocess.run([interp.executable, "-c", PROBE, str(pkg), torch or p.matrix.consumer_torch,
                               oeq or p.oeq_exact, machine], capture_output=True, text=True, env=env, timeout=120)
     if res.returncode != 0:
