@@ -47,6 +47,8 @@ STANDINS = {
 NOT_RUN = {"build-aarch64-native": "needs an arm runner (ubuntu-24.04-arm), which act has none of here; the build "
                                     "job's comparison with it is skipped too"}
 USER = "oeq-ci"
+NETWORK = re.compile(r"SSL_CERT_(FILE|DIR)|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|HTTPLIB2_CA_CERTS|(HTTPS?|NO|ALL)_PROXY|"
+                     r"(https?|no|all)_proxy")
 USES = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})", re.M)
 
 
@@ -326,7 +328,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
                    "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),
                    "PATH": f"{hostcc}:{standins / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                   "HOME": str(home), "USER": user}
+                   "HOME": str(home), "USER": user,
+                   # This machine's way out (its CA bundle, a proxy), as a runner image has its own: not a stand-in.
+                   **{k: v for k, v in os.environ.items() if NETWORK.fullmatch(k)}}
             cmd = [act, "push", "-W", str(workflow), "-e", str(event), "-P", "ubuntu-24.04=-self-hosted",
                    "--action-cache-path", str(ws / "act-cache"),
                    *(a for r in local_repositories([clone / ".github" / "workflows" / w
