@@ -8,6 +8,8 @@ import tests on machines without a GPU.
 """
 from __future__ import annotations
 
+import os
+
 import re
 import shlex
 import tempfile
@@ -54,3 +56,9 @@ def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
         if res.returncode != 0:
             raise StubError(f"building the libcuda stub failed: {res.stderr.strip()}")
     return out
+
+
+def loader_path(stub_dir: Path, env: dict) -> str:
+    """LD_LIBRARY_PATH with the stub driver's folder first and what was there kept: a shared CPython (setup-python's
+    on GitHub's runner) finds its libpython only through it."""
+    return os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))

@@ -79,3 +79,17 @@ def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, 
     table = capsys.readouterr().out
     assert "cu128 (mix)" in table and "refused: host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8" \
         in table
+
+
+def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypatch):
+    """A shared CPython (setup-python's on GitHub's runner) finds its libpython through LD_LIBRARY_PATH: the
+    install-matrix's and the clean install's checks put the stub driver first and keep the rest (make rehearse-ci
+    found the matrix's check failing to start its venv's python)."""
+    from pathlib import Path
+    from oeq_wheels import stub
+    assert stub.loader_path(Path("/stub"), {"LD_LIBRARY_PATH": "/py/lib"}) == "/stub:/py/lib"
+    assert stub.loader_path(Path("/stub"), {}) == "/stub"
+    import inspect
+    from oeq_wheels.release import cleaninstall, installmatrix
+    for mod in (installmatrix, cleaninstall):
+        assert "stub.loader_path(" in inspect.getsource(mod), mod.__name__

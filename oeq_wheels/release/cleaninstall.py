@@ -151,7 +151,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
                                  ".submodule_search_locations[0])"], capture_output=True, text=True, check=True,
                                 env=env).stdout.strip())
             stub_dir = stub.stub_for_library(ext / "libtorch_tp_jit.so", work / "libcuda-stub").parent
-            env.update(LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")])),
+            env.update(LD_LIBRARY_PATH=stub.loader_path(stub_dir, env),
                        OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / "libcuda.so.1"))
             say("no GPU here: a stub libcuda.so.1 stands in for the driver")
         doc = proc.run([str(venv / "bin" / "fastmace"), "doctor", "--no-hash"], capture_output=True, text=True,
