@@ -3,7 +3,6 @@ release's gate on the recorded bytes."""
 import hashlib
 import io
 import os
-import subprocess
 import tarfile
 
 import pytest

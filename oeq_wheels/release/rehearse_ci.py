@@ -169,12 +169,23 @@ def loopback_pypi(root: Path, python: str):
         proc.wait()
 
 
-def narrow(workflow: Path, python: str, out: Path) -> Path:
-    """release.yml cut to a slice for the suite: the tag job, and the build job's steps for one CPython up to its
-    own verification (build.sh --python PY), after the tag job alone."""
+def _load(workflow: Path) -> dict:
     import yaml
     wf = yaml.safe_load(workflow.read_text())
     wf["on"] = wf.pop(True, wf.get("on"))  # YAML 1.1 reads the key `on` as true
+    return wf
+
+
+def _dump(wf: dict, out: Path) -> Path:
+    import yaml
+    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
+    return out
+
+
+def narrow(workflow: Path, python: str, out: Path) -> Path:
+    """release.yml cut to a slice for the suite: the tag job, and the build job's steps for one CPython up to its
+    own verification (build.sh --python PY), after the tag job alone."""
+    wf = _load(workflow)
     build = wf["jobs"]["build"]
     steps = []
     for step in build["steps"]:
@@ -185,8 +196,7 @@ def narrow(workflow: Path, python: str, out: Path) -> Path:
             break
     wf["jobs"] = {"tag": wf["jobs"]["tag"], "build": {**build, "needs": ["tag"], "steps": steps}}
     wf["jobs"]["build"].pop("if", None)
-    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
-    return out
+    return _dump(wf, out)
 
 
 def _last_log() -> Path:
@@ -199,9 +209,7 @@ def _last_log() -> Path:
 def without(workflow: Path, jobs: set[str], out: Path) -> Path:
     """release.yml without `jobs` (the arm runner's, which act cannot run here; the test workflow it calls, with
     --without-tests), every other job as it is but for those names in its needs."""
-    import yaml
-    wf = yaml.safe_load(workflow.read_text())
-    wf["on"] = wf.pop(True, wf.get("on"))
+    wf = _load(workflow)
     for name in jobs:
         del wf["jobs"][name]
     for job in wf["jobs"].values():
@@ -210,32 +218,7 @@ def without(workflow: Path, jobs: set[str], out: Path) -> Path:
             job["needs"] = [n for n in needs if n not in jobs]
         elif needs in jobs:
             del job["needs"]
-    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
-    return out
-
-
-def _last_log() -> Path:
-    from ..files import default_cache
-    out = default_cache() / "rehearse-ci" / "last.log"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def without_tests(workflow: Path, out: Path) -> Path:
-    """release.yml without the test workflow it calls (make test runs on its own: `make test`, CI), every other job
-    as it is."""
-    import yaml
-    wf = yaml.safe_load(workflow.read_text())
-    wf["on"] = wf.pop(True, wf.get("on"))
-    del wf["jobs"]["tests"]
-    for job in wf["jobs"].values():
-        needs = job.get("needs")
-        if isinstance(needs, list) and "tests" in needs:
-            job["needs"] = [n for n in needs if n != "tests"]
-        elif needs == "tests":
-            del job["needs"]
-    out.write_text(yaml.safe_dump(wf, sort_keys=False, width=200).replace("'on':", "on:"))
-    return out
+    return _dump(wf, out)
 
 
 def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[str]:
