@@ -338,7 +338,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         recorded = recorded_sha256s(clone / "docs" / "validation.md")
         problems = check_published(ws, recorded, complete=not (jobs or python))
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
-            built = sorted(clone.glob("dist/*.whl")) + sorted(clone.glob("dist-extra/*.whl"))
+            # act's workspace for steps on the host is its own copy of the clone, under its action cache
+            built = sorted(ws.glob("act-cache/*/hostexecutor/dist/*.whl")) + \
+                sorted(ws.glob("act-cache/*/hostexecutor/dist-extra/*.whl"))
             problems += [f"slice: {line}" for line in unrecorded(built, recorded)] or []
             if not built:
                 problems.append("slice: the build job left no wheel")
