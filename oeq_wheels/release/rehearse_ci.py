@@ -187,13 +187,15 @@ def narrow(workflow: Path, python: str, out: Path) -> Path:
     own verification (build.sh --python PY), after the tag job alone."""
     wf = _load(workflow)
     build = wf["jobs"]["build"]
-    steps = []
+    steps, verified = [], False
     for step in build["steps"]:
         if "build.sh dist" in step.get("run", ""):
             step = {**step, "run": step["run"].replace("build.sh dist", f"build.sh dist --python {python}", 1)}
-        steps.append(step)
-        if step.get("run", "").strip() == "make verify":
-            break
+        # up to its own verification, then the job's own steps that keep the wheels (act removes its workspace)
+        if not verified or (step.get("uses", "").startswith("actions/upload-artifact@") and
+                            step["with"]["name"] in ("wheels", "oeq-wheels")):
+            steps.append(step)
+        verified = verified or step.get("run", "").strip() == "make verify"
     wf["jobs"] = {"tag": wf["jobs"]["tag"], "build": {**build, "needs": ["tag"], "steps": steps}}
     wf["jobs"]["build"].pop("if", None)
     return _dump(wf, out)
@@ -338,9 +340,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         recorded = recorded_sha256s(clone / "docs" / "validation.md")
         problems = check_published(ws, recorded, complete=not (jobs or python))
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
-            # act's workspace for steps on the host is its own copy of the clone, under its action cache
-            built = sorted(ws.glob("act-cache/*/hostexecutor/dist/*.whl")) + \
-                sorted(ws.glob("act-cache/*/hostexecutor/dist-extra/*.whl"))
+            # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts
+            built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/*.whl"))
             problems += [f"slice: {line}" for line in unrecorded(built, recorded)] or []
             if not built:
                 problems.append("slice: the build job left no wheel")
