@@ -125,22 +125,24 @@ def unpack_deb(deb: Path, root: Path) -> None:
     """A package's files into root, as dpkg would place them (no maintainer script runs)."""
     for name, body in _ar_members(deb.read_bytes()):
         if name.startswith("data.tar"):
+            # trusted: the package's sha256 is the pinned one (Python before 3.11.4 has no filters)
+            kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
             with tarfile.open(fileobj=io.BytesIO(body)) as tf:
                 for m in tf.getmembers():
                     if m.isdir() and (root / m.name).is_dir():  # a merged-/usr link or a shared directory
                         continue
-                    kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
-                    tf.extract(m, root, **kwargs)  # trusted: the package's sha256 is the pinned one
+                    tf.extract(m, root, **kwargs)
             return
     raise BuildRootError(f"{deb.name} has no data.tar member")
 
 
 def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
     """The root of these packages (files: each one's verified .deb by file name), unpacked once per key."""
-    target = cache / "buildroot" / key(debs)
+    name = key(debs)
+    target = cache / "buildroot" / name
     marker = target / ".oeq-wheels-root"
     with locked(target):
-        if marker.is_file() and marker.read_text() == key(debs):
+        if marker.is_file() and marker.read_text() == name:
             return target
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -152,11 +154,11 @@ def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path,
                 os.symlink(dest, tmp / link)
             for d in debs:
                 unpack_deb(files[Path(d.file).name], tmp)
-            (tmp / ".oeq-wheels-root").write_text(key(debs))
+            (tmp / ".oeq-wheels-root").write_text(name)
             os.rename(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        log(f"oeq-wheels: build root {key(debs)} made from {len(debs)} pinned Debian {tc.debian} packages")
+        log(f"oeq-wheels: build root {name} made from {len(debs)} pinned Debian {tc.debian} packages")
     return target
 
 

@@ -13,7 +13,6 @@ PyPI's files, the release's assets (by SHA256SUMS' exact names), the attested su
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
@@ -26,7 +25,9 @@ from pathlib import Path
 
 from .. import pins as pins_mod, pythons
 from ..errors import OeqWheelsError
+from ..files import sha256_file
 from ..progress import say
+from . import hosts
 from .publish import recorded_sha256s, unrecorded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,31 +145,6 @@ def host_compiler(dest: Path) -> Path:
     return dest
 
 
-@contextlib.contextmanager
-def loopback_pypi(root: Path, python: str):
-    """A pypiserver on 127.0.0.1 accepting any upload into root; yields its upload URL."""
-    import socket
-    import time
-    import urllib.request
-    root.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([python, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".",
-                             "-P", ".", "--overwrite", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/simple/", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 def _load(workflow: Path) -> dict:
     import yaml
     wf = yaml.safe_load(workflow.read_text())
@@ -225,14 +201,10 @@ def without(workflow: Path, jobs: set[str], out: Path) -> Path:
 
 def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[str]:
     """What the release put on the loopback PyPI, the release and the site, held to the recorded bytes; problems."""
-    import hashlib
-
-    def sha(p: Path) -> str:
-        return hashlib.sha256(p.read_bytes()).hexdigest()
     problems = []
     pypi = sorted((ws / "pypi").glob("*.whl"))
     for w in pypi:
-        if recorded.get(w.name) != sha(w):
+        if recorded.get(w.name) != sha256_file(w):
             problems.append(f"PyPI stand-in: {w.name} is not the recorded bytes")
     assets = [a for r in sorted((ws / "github" / "releases").glob("*")) for a in (r / "assets").iterdir()] \
         if (ws / "github" / "releases").is_dir() else []
@@ -307,7 +279,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         for job, why in NOT_RUN.items():
             say(f"rehearse-ci: NOT RUN: job {job}: {why}")
         say(f"rehearse-ci: host compiler first on PATH: {hostcc / 'g++'} (says 14.9.9, compiles with -O0)")
-        with loopback_pypi(ws / "pypi", sys.executable) as pypi:
+        with hosts.pypiserver(ws / "pypi", ws / "pypiserver.log", "-a", ".", "-P", ".", "--overwrite") as pypi:
             env = {"OEQ_REHEARSAL_REPO": str(clone), "OEQ_REHEARSAL_TOOLCACHE": str(ws / "toolcache"),
                    "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
@@ -345,8 +317,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             problems += [f"slice: {line}" for line in unrecorded(built, recorded)] or []
             if not built:
                 problems.append("slice: the build job left no wheel")
-            else:
-                say(f"rehearse-ci: the slice's {len(built)} wheel(s) are the recorded bytes" if not problems else "")
+            elif not problems:
+                say(f"rehearse-ci: the slice's {len(built)} wheel(s) are the recorded bytes")
         for p in problems:
             say(f"rehearse-ci: FAIL: {p}")
         say(f"rehearse-ci: {'FAILED' if problems else 'OK'}; log {log}")
