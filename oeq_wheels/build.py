@@ -334,9 +334,10 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
 
     def make(arch: pins_mod.Arch) -> cc.Toolchain:
         t = cc.root_toolchain(arch, root, key, where / arch.name)
-        if t.version != pins.toolchain.compilers.get(arch.name):
+        pinned = pins.toolchain.compiler(cc.host_arch(), arch.name)
+        if t.version != pinned:
             raise BuildError(f"the build root's {arch.name} compiler says {t.version!r}, pins.toml [toolchain] "
-                             f"compilers {pins.toolchain.compilers.get(arch.name)!r}; re-pin the toolchain")
+                             f"compilers {pinned!r}; re-pin the toolchain")
         return t
     return make, f"the pinned build root {key} (Debian {pins.toolchain.debian} packages, run by bubblewrap)"
 

@@ -56,9 +56,13 @@ class Pins:
     build host."""
     debian: str
     archive: str
-    compilers: dict[str, str]             # by target architecture (pins.toml's [arch.NAME])
+    compilers: dict[str, dict[str, str]]  # by the build host's Debian architecture, then target ([arch.NAME])
     debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
     pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
+
+    def compiler(self, machine: str, target: str) -> str | None:
+        """What the root's compiler for `target` says of itself on a `machine` build host."""
+        return self.compilers.get(DEBIAN_ARCH.get(machine, machine), {}).get(target)
 
     def for_host(self, machine: str) -> tuple[Deb, ...]:
         arch = DEBIAN_ARCH.get(machine, machine)
@@ -71,10 +75,11 @@ class Pins:
 
 def load(data: dict) -> Pins:
     t = data["toolchain"]
+    hosts = {k: v for k, v in t.items() if isinstance(v, dict) and "debs" in v}
     debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
-            for k, v in t.items() if isinstance(v, dict) and "debs" in v}
+            for k, v in hosts.items()}
     pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
-    return Pins(t["debian"], t["archive"], dict(t["compilers"]), debs, pythons)
+    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons)
 
 
 def key(debs: tuple[Deb, ...]) -> str:
@@ -84,11 +89,12 @@ def key(debs: tuple[Deb, ...]) -> str:
 
 
 # ------------------------------------------------------------------------------------------- is the host the pin?
-def host_difference(debs: tuple[Deb, ...]) -> str | None:
-    """None when this host's toolchain is the pinned one, else the first difference, in words."""
-    if not shutil.which("dpkg-query"):
+def host_difference(debs: tuple[Deb, ...], inside: tuple[str, ...] = ()) -> str | None:
+    """None when this host's toolchain is the pinned one, else the first difference, in words. inside: a command
+    prefix that runs dpkg in another root (sudo chroot ROOT: the build image's)."""
+    if not inside and not shutil.which("dpkg-query"):
         return "this host has no dpkg, so its compilers are not Debian's pinned packages"
-    res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
+    res = subprocess.run([*inside, "dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
                           *(d.name for d in debs)], capture_output=True, text=True)
     have = {}
     for line in res.stdout.splitlines():
@@ -100,7 +106,7 @@ def host_difference(debs: tuple[Deb, ...]) -> str | None:
             return f"{d.name} {d.version} is not installed"
         if have[d.name] != d.version:
             return f"{d.name} is {have[d.name]}, pinned {d.version}"
-    res = subprocess.run(["dpkg", "--verify", *(d.name for d in debs)], capture_output=True, text=True)
+    res = subprocess.run([*inside, "dpkg", "--verify", *(d.name for d in debs)], capture_output=True, text=True)
     changed = [l.split()[-1] for l in res.stdout.splitlines() if l[:1] == "?" or "5" in l[:3]]
     if changed:
         return f"{changed[0]} differs from its package's own file (dpkg --verify)"

@@ -172,6 +172,8 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--records", action="store_true", help="pin the sha256 of RECORD, and the link stubs' digests, for "
                     "every torch and NVIDIA wheel that has none (one full download each, kept in the cache), so that "
                     "builds fetch only the members they read; with --torch, after it")
+    rp.add_argument("--toolchain", action="store_true", help="re-pin each [toolchain.ARCH]'s Debian packages from the "
+                    "archive: the closure of its roots, as its Packages index has them today")
     rp.add_argument("--index-url", default=None, help="the registry's simple index (default: PyPI's)")
     rp.add_argument("--pins", type=Path, default=None, help="the pins file (default: oeq_wheels/pins.toml)")
     rp.add_argument("--readme", type=Path, default=None, help="the README whose install lines derive from the pins "
@@ -274,9 +276,10 @@ def _container_handoff(args) -> None:
             from .build import select_pythons as build_pythons
             build_pythons(pins, args.python)
         check_arch_names(pins, args.arch)
-    if runner.choose(args.runner) == "docker":  # does not return
+    name = runner.choose(args.runner)
+    if name is not None:  # does not return
         runner.exec_container(runner.container_args(args.outdir, args.python, args.matrix, args.force, args.jobs,
-                                                    args.arch, args.toolchain))
+                                                    args.arch, args.toolchain), name)
 
 
 def _dispatch(args) -> int:
@@ -431,7 +434,7 @@ def _pins(args) -> int:
     path = args.pins or PINS_FILE
     index = args.index_url or registry.PYPI
     if args.check:
-        if args.torch or args.oeq or args.post is not None or args.next_post:
+        if args.torch or args.oeq or args.post is not None or args.next_post or args.toolchain:
             raise UsageError("pins --check writes nothing; give it alone")
         count, problems = repin.check(path, index)
         for line in problems:
@@ -440,8 +443,9 @@ def _pins(args) -> int:
             return 1
         print(f"all {count} pinned files are on {index} with their pinned sha256")
         return 0
-    if not (args.torch or args.oeq or args.post is not None or args.next_post or args.records):
-        raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post, --records or --check")
+    if not (args.torch or args.oeq or args.post is not None or args.next_post or args.records or args.toolchain):
+        raise UsageError("pins needs --torch X.Y.Z, --oeq X.Y.Z, --post N, --next-post, --records, --toolchain or "
+                         "--check")
     if (args.matrix or args.python) and not args.torch:
         raise UsageError("--matrix and --python choose what --torch re-pins; give --torch too")
     readme = args.readme or (PINS_FILE.parent.parent / "README.md" if path == PINS_FILE else None)
@@ -452,6 +456,9 @@ def _pins(args) -> int:
         r.oeq(args.oeq)
     if args.post is not None or args.next_post:
         r.post(args.post, args.next_post)
+    if args.toolchain:
+        from .repin_toolchain import repin as repin_toolchain
+        repin_toolchain(r.doc, lambda s: print(f"pins: {s}", file=sys.stderr))
     if args.records:
         r.records(default_cache(), lambda s: print(f"pins: {s}", file=sys.stderr))
         r.notes = [n for n in r.notes if "no RECORD pin yet" not in n]

@@ -1,4 +1,8 @@
-"""Where a build runs: on this host, or in the pinned manylinux_2_28 container.
+"""Where a build runs: on this host, or in a container of the pinned toolchain (oeq_wheels/buildimage.py).
+
+The container's image is the build image made from the pinned packages (the released bytes), or OEQ_WHEELS_IMAGE:
+docker/IMAGE names quay.io's manylinux_2_28 for users who want it; its compilers are not the pinned ones, so a build
+there needs --toolchain host and its wheels are not the released bytes.
 
 The CLI parses every option once; the container runner (run_container.sh, thin glue
 around the engine) receives OUTDIR first and the options in canonical form, and the
@@ -24,14 +28,14 @@ class ImageUnavailable(OeqWheelsError):
     """The engine answers but has the build image neither locally nor through a pull."""
 
 
-def pinned_image() -> str:
-    """The pinned build image (docker/IMAGE)."""
+def manylinux_image() -> str:
+    """quay.io's manylinux_2_28 image, pinned by digest (docker/IMAGE): a choice, not the released bytes."""
     return next((l.strip() for l in IMAGE_FILE.read_text().splitlines() if l.strip() and not l.startswith("#")), "")
 
 
-def image() -> str:
-    """The build image: OEQ_WHEELS_IMAGE, else the pinned one."""
-    return os.environ.get("OEQ_WHEELS_IMAGE") or pinned_image()
+def image() -> str | None:
+    """The image the user named (OEQ_WHEELS_IMAGE), else None: the build image of the pinned toolchain."""
+    return os.environ.get("OEQ_WHEELS_IMAGE") or None
 
 
 def pull_cause(stderr: str) -> str:
@@ -44,9 +48,18 @@ def pull_cause(stderr: str) -> str:
 
 
 def ensure_image(name: str | None = None) -> str:
-    """The build image present in the engine, pulled if needed; else ImageUnavailable naming the cause."""
+    """The image present in the engine: the pinned toolchain's, made and imported once; a named one, pulled if
+    needed; else ImageUnavailable naming the cause."""
     name = name or image()
     client = engine()
+    if name is None:
+        from . import buildimage
+        from .files import default_cache
+        from .pins import load
+        try:
+            return buildimage.ensure(client, load(), default_cache())
+        except buildimage.BuildImageError as exc:
+            raise ImageUnavailable(f"the build image cannot be made for {client}: {exc}") from None
     if subprocess.run([client, "image", "inspect", name], capture_output=True).returncode == 0:
         return name
     say(f"oeq-wheels: pulling {name} with {client} (once; later runs reuse it)")
@@ -73,24 +86,25 @@ def _engine_answers() -> bool:
     return subprocess.run([client, "info"], capture_output=True).returncode == 0
 
 
-def choose(runner: str) -> str:
-    """'host' or 'docker' for --runner auto|host|docker. auto means whatever works here: the container when
-    the engine answers and has (or can pull) the image, else this host, with a one-line notice."""
+def choose(runner: str) -> str | None:
+    """The image to build in for --runner auto|host|docker, or None for this host. auto means whatever works here:
+    the container when the engine answers and has (or can make or pull) the image, else this host, with a notice."""
     if runner == "host":
-        return "host"
+        return None
     if _engine_answers():
         try:
-            ensure_image()
-            return "docker"
+            return ensure_image()
         except ImageUnavailable as exc:
             if runner == "auto":
                 say(f"oeq-wheels: {exc}; building on this host instead (--runner host)")
-                return "host"
-            raise UsageError(f"{exc}; pull it where its registry is reachable, set OEQ_WHEELS_IMAGE to an image "
-                             f"{engine()} has, or build with --runner host") from None
+                return None
+            fix = ("pull it where its registry is reachable, set OEQ_WHEELS_IMAGE to an image "
+                   f"{engine()} has, or build with --runner host") if image() else \
+                "build with --runner host (the same toolchain, through bubblewrap)"
+            raise UsageError(f"{exc}; {fix}") from None
     if runner == "auto":
         say(f"oeq-wheels: no container engine answers '{engine()} info'; building on this host (--runner host)")
-        return "host"
+        return None
     raise UsageError(f"--runner docker, but '{engine()} info' fails: no working container engine. Start Docker "
                      "(or set DOCKER=podman, DOCKER=docker.exe), or use --runner host")
 
@@ -114,9 +128,10 @@ def container_args(outdir: Path, pythons: list[str] | None, matrix: str | None, 
     return args
 
 
-def exec_container(args: list[str]):
-    """Hand the process over to the container runner (it handles its own signals and cleanup)."""
+def exec_container(args: list[str], name: str):
+    """Hand the process over to the container runner (it handles its own signals and cleanup), in image `name`."""
     if not RUN_CONTAINER.is_file():
         raise UsageError(f"the container runner needs a checkout of oeq-wheels ({RUN_CONTAINER} is missing); "
                          "run from a clone, or use --runner host")
+    os.environ["OEQ_WHEELS_IMAGE"] = name
     os.execv(str(RUN_CONTAINER), [str(RUN_CONTAINER), *args])

@@ -1,6 +1,6 @@
 """The container runner against real engines: Debian's dockerd (the test command's own, on a private
-socket) and podman, with the pinned image where it can be pulled, else the local test image
-(tests/engine.py), whose compiler is the host's, so that its wheels equal the host runner's."""
+socket) and podman, with the build image of the pinned toolchain (oeq_wheels/buildimage.py, which the runner makes
+and imports), so that its wheels equal the host runner's: the released bytes."""
 import hashlib
 import json
 import os
@@ -17,9 +17,8 @@ import pytest
 
 import engine as test_image
 from conftest import REPO, unavailable
-from oeq_wheels import debian, members, pins as P, runner
+from oeq_wheels import debian, members
 from oeq_wheels.ext.verify import verify_wheel
-from oeq_wheels.oeq.verify import verify_oeq_binary
 from oeq_wheels.output import extra_dir
 
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
@@ -49,13 +48,7 @@ class Engine:
     def __init__(self, kind, cache):
         self.kind = kind
         self.client = "docker" if kind == "docker" else os.environ["OEQ_WHEELS_TEST_PODMAN"]
-        if REAL == "docker" and kind == "docker":  # CI: the runner's Docker with the pulled manylinux image
-            self.image, self.identical = runner.pinned_image(), False
-        else:
-            self.image, self.identical = test_image.ensure(self.client, cache), True
-        # The manylinux image is not made of the pinned toolchain's packages (nor can bubblewrap run the build root
-        # in a container): its builds take its own compilers, by name.
-        self.toolchain = [] if self.identical else ["--toolchain", "host"]
+        self.image = test_image.ensure(self.client, cache)
         # The work volume (downloads, unpacked inputs, objects) is kept between sessions, one per engine and cache
         # (the engines' stores live in the cache too): a second `make test` downloads and compiles nothing in it.
         # The build is safe to share it with (temporary names, atomic renames, checked caches).
@@ -111,16 +104,16 @@ def eng(request, cache):
     e.cleanup()
 
 
-# The container builds x86_64 only: the manylinux_2_28 image has no aarch64 cross compiler (the release
-# cross-compiles aarch64 on the host, tests/test_aarch64.py), and the stand-in would install one per run.
+# The container builds x86_64 only, for time: the aarch64 cross build's bytes are proven by the host runner's
+# (tests/test_aarch64.py) and both runners use the same pinned packages (docs/validation.md: all 20 in each engine).
 X86 = ("--arch", "x86_64")
 
 
 def build(eng, out, *args, env=None, timeout=1800):
     """build.sh OUTDIR ARGS --arch x86_64 (or ARGS OUTDIR when the first is --last); returns (result, seconds)."""
     t0 = time.monotonic()
-    argv = [BUILD, *args[1:], *X86, *eng.toolchain, str(out)] if args and args[0] == "--last" else \
-        [BUILD, str(out), *args, *X86, *eng.toolchain]
+    argv = [BUILD, *args[1:], *X86, str(out)] if args and args[0] == "--last" else \
+        [BUILD, str(out), *args, *X86]
     r = subprocess.run(argv, env=env or eng.env(), capture_output=True, text=True, timeout=timeout)
     return r, time.monotonic() - t0
 
@@ -139,11 +132,8 @@ def test_container_build_equals_the_host_build_and_reuses_its_volume(eng, cp311_
             for w in d.glob("*_x86_64.whl")}
     got = {w.name: w.read_bytes() for d in (tmp_path / "a", extra_dir(tmp_path / "a")) for w in d.glob("*.whl")}
     assert sorted(got) == sorted(host)
-    if eng.identical:  # the same compiler as the host: the same bytes
-        assert got == host
-    else:  # the pinned image's gcc-toolset differs from this host's: the names match, every wheel passes the gate
-        assert all(verify_wheel(w).ok for w in (tmp_path / "a").glob("*.whl"))
-        assert all(verify_oeq_binary(w, P.load()).ok for w in extra_dir(tmp_path / "a").glob("openequivariance-*.whl"))
+    assert got == host  # the pinned toolchain in the image and in the host's build root: the same bytes
+    assert "this host's toolchain is the pinned one" in first.stderr
     assert git_status() == before  # nothing written into the repository
     # The second run reuses the work volume: no download, every object from the cache.
     second, t2 = build(eng, tmp_path / "b", "--runner", "docker", "--python", "3.11")
@@ -340,9 +330,35 @@ def test_runner_receives_outdir_and_options_in_any_order(tmp_path, order):
     argv = [str(out), *opts] if order == "outdir-first" else [*opts, str(out)]
     probe = (f"import sys, json; from oeq_wheels import cli, runner; runner._engine_answers = lambda: True; "
              f"runner.ensure_image = lambda *a: 'image'; "
-             f"runner.exec_container = lambda a: print(json.dumps(a)) or sys.exit(0); "
+             f"runner.exec_container = lambda a, n: print(json.dumps(a)) or sys.exit(0); "
              f"sys.exit(cli.main({['build', *argv]!r}))")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
                        env=dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'runtime'}"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [str(out), "--python", "3.12,3.11", "--force", "--jobs", "3"]
+
+
+def test_the_runner_builds_in_the_pinned_toolchains_image_unless_one_is_named(monkeypatch, capsys):
+    """No OEQ_WHEELS_IMAGE: the build image of the pinned packages (made, not pulled); one that cannot be made is one
+    line for --runner docker and a notice and this host for auto (bubblewrap runs the same packages here)."""
+    from oeq_wheels import buildimage, runner
+    from oeq_wheels.errors import UsageError
+    monkeypatch.delenv("OEQ_WHEELS_IMAGE", raising=False)
+    monkeypatch.setattr(runner, "_engine_answers", lambda: True)
+    made = []
+    monkeypatch.setattr(buildimage, "ensure", lambda client, pins, cache, env=None: made.append(client) or "b:1")
+    assert runner.choose("docker") == "b:1" and runner.choose("auto") == "b:1" and made == ["docker", "docker"]
+    assert runner.choose("host") is None
+
+    def cannot(*a, **k):
+        raise buildimage.BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
+    monkeypatch.setattr(buildimage, "ensure", cannot)
+    with pytest.raises(UsageError) as exc:
+        runner.choose("docker")
+    assert str(exc.value) == ("the build image cannot be made for docker: making the build image needs root or "
+                              "password-free sudo (debootstrap, dpkg); build with --runner host (the same toolchain, "
+                              "through bubblewrap)")
+    assert runner.choose("auto") is None and "building on this host instead (--runner host)" in capsys.readouterr().err
+    monkeypatch.setenv("OEQ_WHEELS_IMAGE", "quay.io/pypa/manylinux_2_28_x86_64:x")  # named: pulled, never made
+    monkeypatch.setattr(runner, "ensure_image", lambda name=None: name or runner.image())
+    assert runner.choose("docker") == "quay.io/pypa/manylinux_2_28_x86_64:x"

@@ -22,7 +22,10 @@ def test_every_pinned_package_names_its_archive_file_and_sha256():
     names = {d.name for d in debs}
     assert {"g++-12", "binutils", "libc6-dev", "libstdc++-12-dev", "g++-12-aarch64-linux-gnu",
             "libc6-dev-arm64-cross"} <= names
-    assert set(tc.compilers) == set(P.load().arches)  # each target's compiler says what it is
+    # each target's compiler says what it is, on each build host
+    assert set(tc.compilers["amd64"]) == set(P.load().arches) and set(tc.compilers["arm64"]) == {"aarch64"}
+    arm = {d.name for d in tc.for_host("aarch64")}
+    assert {"g++-12", "binutils", "libc6-dev", "libstdc++-12-dev", "libc-bin"} <= arm and not any("cross" in n for n in arm)
     assert set(tc.pythons) == set(P.load().pythons)    # each CPython's headers, by content
 
 
@@ -118,3 +121,56 @@ def test_a_different_compiler_first_on_path_still_gives_the_recorded_bytes(tmp_p
                 "--toolchain", "host", env=env)
     assert "--toolchain host: this host's compilers, not the pinned toolchain" in r.stderr
     assert "g++ (Other) 99.0.0" in r.stderr
+
+
+def test_the_toolchain_repin_resolves_the_closure_as_apt_does():
+    """`pins --toolchain`: Depends and Pre-Depends, the first alternative the index has (or one already chosen),
+    virtual packages through Provides, version and :any qualifiers dropped; pool paths quoted as apt prints them."""
+    from oeq_wheels import repin_toolchain as R
+    index = b"""Package: g++
+Version: 4:12.2.0-3
+Filename: pool/main/g/gcc-defaults/g++_12.2.0-3_amd64.deb
+SHA256: aa
+Depends: cpp (= 4:12.2.0-3), g++-12 (>= 12.2.0-1~), missing-thing | libc-dev:any
+
+Package: g++-12
+Version: 12.2.0-14+deb12u1
+Filename: pool/main/g/gcc-12/g++-12_12.2.0-14+deb12u1_amd64.deb
+SHA256: bb
+Pre-Depends: libc6
+Depends: libc6 (>= 2.36),
+ libstdc++6
+
+Package: cpp
+Version: 4:12.2.0-3
+Filename: pool/main/g/gcc-defaults/cpp_12.2.0-3_amd64.deb
+SHA256: cc
+
+Package: libc6
+Version: 2.36-9+deb12u14
+Filename: pool/main/g/glibc/libc6_2.36-9+deb12u14_amd64.deb
+SHA256: dd
+
+Package: libc6-dev
+Version: 2.36-9+deb12u14
+Filename: pool/main/g/glibc/libc6-dev_2.36-9+deb12u14_amd64.deb
+SHA256: ee
+Provides: libc-dev
+
+Package: libstdc++6
+Version: 3.0.20-1~deb12u2
+Filename: pool/main/o/x/libstdc++6_3.0.20-1~deb12u2_amd64.deb
+SHA256: ff
+
+Package: unrelated
+Version: 1
+Filename: pool/main/u/unrelated_1_amd64.deb
+SHA256: 00
+"""
+    packages, provides = R.parse(index)
+    got = R.entries(R.closure(packages, provides, ["g++"]))
+    assert [d["name"] for d in got] == ["cpp", "g++", "g++-12", "libc6", "libc6-dev", "libstdc++6"]
+    assert got[1]["file"] == "pool/main/g/gcc-defaults/g%2b%2b_12.2.0-3_amd64.deb"
+    assert got[5]["file"] == "pool/main/o/x/libstdc%2b%2b6_3.0.20-1%7edeb12u2_amd64.deb"
+    with pytest.raises(Exception, match="no package 'nope'"):
+        R.closure(packages, provides, ["nope"])

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from oeq_wheels import pins as P
 
 BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -150,14 +151,17 @@ def test_dependabot_watches_the_pinned_actions():
     assert [u["package-ecosystem"] for u in cfg["updates"]] == ["github-actions"]
 
 
-def test_release_builds_aarch64_natively_in_the_pinned_image_and_holds_the_cross_build_to_it():
+def test_release_builds_aarch64_natively_in_the_pinned_arm64_root_and_holds_the_cross_build_to_it():
     jobs = load("release.yml")["jobs"]
     native = jobs["build-aarch64-native"]
-    pinned = next(l for l in (REPO / "docker" / "IMAGE-aarch64").read_text().splitlines() if l and l[0] != "#")
-    assert native["container"]["image"] == pinned and "@sha256:e7035406e58d96b7407246af" in pinned
+    # On the arm runner itself (no container: bubblewrap runs the root there), with [toolchain.arm64]'s packages.
+    assert "container" not in native and P.load().toolchain.for_host("aarch64")
     assert native["runs-on"].endswith("-arm") and native["permissions"] == {"contents": "read"}
     runs = " ".join(s.get("run", "") for s in native["steps"])
     assert "build.sh native --runner host --arch aarch64" in runs and "oeq_wheels verify native-extra/" in runs
+    assert "tools/ci/userns.sh" in runs and "--toolchain" not in runs
+    (py,) = [s for s in native["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+    assert py["with"]["python-version-file"] == "${{ runner.temp }}/pythons"
     build = " ".join(s.get("run", "") for s in jobs["build"]["steps"])
     assert "build.sh dist --runner host" in build and "tools/ci/userns.sh" in build
     assert '--require-recorded' in build  # the release publishes only the bytes the GPU proofs ran

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The build inside the manylinux_2_28 container (it also runs on a plain Linux host):
+# The build inside the container: the pinned toolchain's build image, or a manylinux_2_28 image (then with
+# --toolchain host); it also runs on a plain Linux host:
 #   build_in_container.sh OUTDIR [--python 3.11,3.12] [--matrix NAME] [--force] [--jobs N]
 # Installs the pinned tools, downloads the pinned inputs by hash, builds and verifies
 # every wheel (oeq_wheels build), and exits non-zero on any failure.

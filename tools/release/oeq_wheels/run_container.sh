@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The container runner (`oeq-wheels build --runner docker`, which parsed the options):
-#   run_container.sh OUTDIR [build options in canonical form]
+# The container runner (`oeq-wheels build --runner docker`, which parsed the options and made or pulled the image):
+#   OEQ_WHEELS_IMAGE=IMAGE run_container.sh OUTDIR [build options in canonical form]
 # No bind mounts (Docker Desktop's docker.exe cannot mount WSL paths): the sources go in
 # as a tar stream on stdin, scratch (tool venv, pinned downloads, object cache) lives in
 # the volume $OEQ_WHEELS_WORK_VOLUME, the wheels come back from $OEQ_WHEELS_OUT_VOLUME
@@ -11,7 +11,7 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 DOCKER="${DOCKER:-docker}"
-IMAGE="${OEQ_WHEELS_IMAGE:-$(grep -v '^#' "$REPO/docker/IMAGE" | head -n1)}"
+IMAGE="${OEQ_WHEELS_IMAGE:?run_container.sh is called by oeq-wheels build --runner docker, which names the image}"
 WORK_VOL="${OEQ_WHEELS_WORK_VOLUME:-fastmace-oeq-ext-work}"
 OUT_VOL="${OEQ_WHEELS_OUT_VOLUME:-fastmace-oeq-ext-out}"
 [ $# -ge 1 ] || { echo "usage: run_container.sh OUTDIR [build options] (called by oeq-wheels build --runner docker)" >&2; exit 2; }
@@ -61,8 +61,10 @@ done
 envs=(-e OEQ_WHEELS_CACHE=/work/cache)
 [ -n "${OEQ_WHEELS_CONTAINER_CXX:-}" ] && envs+=(-e "CXX=$OEQ_WHEELS_CONTAINER_CXX")
 
-# The working tree as git sees it (tracked and untracked-but-not-ignored files).
-( cd "$REPO" && git ls-files -z --cached --others --exclude-standard | tar --null --no-recursion -T - -cf - ) |
+# The working tree as git sees it (tracked and untracked-but-not-ignored files; not a tracked file deleted since).
+( cd "$REPO" && git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done |
+    tar --null --no-recursion -T - -cf - ) |
   "$DOCKER" run --rm -i --name "$name" "${net[@]}" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
     bash -c 'set -euo pipefail; rm -rf /work/src /out/*; mkdir -p /work/src; tar -C /work/src -xf -
              bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out/dist "$@"

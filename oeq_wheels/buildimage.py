@@ -1,0 +1,169 @@
+"""The container runner's image: the pinned toolchain as a Debian root that the engine imports.
+
+The same packages as the build root (oeq_wheels/buildroot.py), installed as Debian installs them, so that a build in a
+container (where bubblewrap cannot run) finds its own toolchain to be the pinned one (build.toolchain_maker checks it
+with dpkg-query and `dpkg --verify`) and makes the released bytes:
+- `debootstrap --variant=minbase` of pins.toml's Debian release from its archive, with what a build needs to run
+  (BASE: the CA bundle, xz, the CPythons' shared libraries);
+- every pinned toolchain package from its .deb, fetched by its pinned sha256 and installed with dpkg in the root
+  (whatever version the archive serves today), then checked in the root against the pins;
+- this host's CPythons of the pinned versions, at their own prefixes (their libpython is found by an absolute
+  RUNPATH) and at /opt/python/cpXY-cpXY as manylinux lays them out, without what was pip-installed into them;
+- this host's CA bundle (the build inside downloads the pinned inputs, perhaps through a TLS-terminating proxy).
+Its name, oeq-wheels/build-root:<key>, says what it holds; the root file system is cached by that key as a gzipped tar,
+kept only to import it again into another engine. debootstrap and dpkg need root: root, or password-free sudo.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import buildroot, debian, fetch, pythons
+from . import pins as pins_mod
+from .errors import OeqWheelsError
+from .progress import say
+
+FORMAT = 1
+REPOSITORY = "oeq-wheels/build-root"
+# What a build needs to run beside the toolchain: bash, tar and coreutils come with minbase; the CPythons link these.
+BASE = ("ca-certificates", "xz-utils", "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g",
+        "libreadline8", "libncursesw6", "libgdbm6", "libuuid1")
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+class BuildImageError(OeqWheelsError):
+    pass
+
+
+def interpreters(pins: pins_mod.Pins) -> list[pythons.Interpreter]:
+    """This host's CPythons of the versions pins.toml [toolchain.pythons] names (those it has)."""
+    out = []
+    for v in pins.toolchain.pythons:
+        try:
+            out.append(pythons.find(v))
+        except pythons.PythonNotFound:
+            say(f"oeq-wheels: NOTE: no CPython {v} here, so the build image has none (builds for it fail there)")
+    return out
+
+
+def _prefix(python: str) -> str:
+    return subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def key(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
+    """What the image holds: the recipe, the toolchain root's key, the CPythons and their prefixes, the CA bundle."""
+    tc = pins.toolchain
+    found = [(i.version, i.full_version, _prefix(i.executable)) for i in interps]
+    ca = hashlib.sha256(HOST_CA.read_bytes()).hexdigest() if HOST_CA.is_file() else None
+    debs = tc.for_host(_machine())
+    return hashlib.sha256(json.dumps([FORMAT, tc.debian, tc.archive, BASE, buildroot.key(debs), found, ca]
+                                     ).encode()).hexdigest()[:16]
+
+
+def _machine() -> str:
+    return os.uname().machine
+
+
+def tag(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
+    return f"{REPOSITORY}:{key(pins, interps)}"
+
+
+def _skip_site_packages(prefix: str):
+    """The interpreters as installed, without what was pip-installed into them (venvs bring their own)."""
+    def ignore(directory, names):
+        d = Path(directory)
+        if d.name == "site-packages" and d.parent.parent == Path(prefix) / "lib":
+            return [n for n in names if n != "README.txt"]
+        if d.name.startswith("python3.") and d.parent == Path(prefix) / "lib":
+            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
+        return [n for n in names if n == "__pycache__"]
+    return ignore
+
+
+def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter]) -> Path:
+    """The image's root file system as a gzipped tar, made once per key (~3 min: debootstrap, dpkg, gzip -1)."""
+    tc, name = pins.toolchain, key(pins, interps)
+    out = cache / "build-image" / f"rootfs-{name}.tar.gz"
+    if out.is_file():
+        return out
+    sudo = debian.as_root()
+    if sudo is None:
+        raise BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
+    why = debian.ensure("debootstrap", "debootstrap")
+    if why:
+        raise BuildImageError(f"making the build image needs debootstrap: {why}")
+    debs = tc.for_host(_machine())
+    items = [pins_mod.Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=tc.archive + d.file) for d in debs]
+    files = fetch.ensure(items, cache, say)
+    say(f"oeq-wheels: making the build image {REPOSITORY}:{name} (Debian {tc.debian}, {len(debs)} pinned toolchain "
+        "packages; once per key)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="oeq-wheels-image-", dir=out.parent)
+    try:
+        root = Path(tmp) / "root"
+        run = lambda *cmd: subprocess.run([*sudo, *cmd], capture_output=True, text=True)  # noqa: E731
+        res = run("debootstrap", "--variant=minbase", f"--include={','.join(BASE)}", tc.debian, str(root),
+                  tc.archive)
+        if res.returncode != 0:
+            raise BuildImageError(f"debootstrap {tc.debian} from {tc.archive} failed: "
+                                  f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
+        incoming = root / "tmp" / "oeq-wheels-debs"
+        run("mkdir", "-p", str(incoming))
+        run("chown", f"{os.getuid()}:{os.getgid()}", str(incoming), str(root / "opt"), str(root / "etc"),
+            str(root / "etc" / "ssl" / "certs"))
+        for d in debs:
+            shutil.copyfile(files[Path(d.file).name], incoming / Path(d.file).name)
+        res = run("chroot", str(root), "env", "DEBIAN_FRONTEND=noninteractive", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                  "sh", "-c", "dpkg -i /tmp/oeq-wheels-debs/*.deb")
+        if res.returncode != 0:
+            raise BuildImageError(f"installing the pinned toolchain in the image failed: "
+                                  f"{(res.stderr or res.stdout).strip()[-300:]}")
+        shutil.rmtree(incoming)
+        for interp in interps:
+            prefix = _prefix(interp.executable)  # kept at its own path: its libpython is found by an absolute RUNPATH
+            dest = root / prefix.lstrip("/")
+            run("mkdir", "-p", str(dest.parent))
+            run("chown", f"{os.getuid()}:{os.getgid()}", str(dest.parent))
+            shutil.copytree(prefix, dest, symlinks=True, ignore=_skip_site_packages(prefix))
+            (root / "opt" / "python").mkdir(parents=True, exist_ok=True)
+            os.symlink(prefix, root / "opt" / "python" / f"{interp.cp_tag}-{interp.cp_tag}")
+        differs = buildroot.host_difference(debs, inside=(*sudo, "chroot", str(root)))
+        if differs:
+            raise BuildImageError(f"the build image's toolchain is not the pinned one ({differs})")
+        if HOST_CA.is_file():
+            shutil.copyfile(HOST_CA, root / "etc" / "ssl" / "certs" / "ca-certificates.crt")
+            (root / "etc" / "pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+        part = out.with_name(out.name + f".{os.getpid()}.part")
+        with open(part, "wb") as f:  # as root where sudo: the root holds files only root may read (/etc/shadow)
+            tar = subprocess.Popen([*sudo, "tar", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE)
+            gz = subprocess.run(["gzip", "-1"], stdin=tar.stdout, stdout=f)
+            if tar.wait() != 0 or gz.returncode != 0:
+                part.unlink(missing_ok=True)
+                raise BuildImageError("tar of the build image's root failed")
+        os.replace(part, out)
+    finally:
+        subprocess.run([*sudo, "rm", "-rf", tmp], capture_output=True)
+    for old in out.parent.glob("rootfs-*"):
+        if old != out and old.is_file():
+            old.unlink()
+    return out
+
+
+def ensure(client: str, pins: pins_mod.Pins, cache: Path, env: dict | None = None) -> str:
+    """The build image in the engine of `client` (docker, podman, a wrapper): made and imported once per key."""
+    interps = interpreters(pins)
+    name = tag(pins, interps)
+    if subprocess.run([client, "image", "inspect", name], capture_output=True, env=env).returncode == 0:
+        return name
+    tar = rootfs(pins, cache, interps)
+    with open(tar, "rb") as f:
+        res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise BuildImageError(f"{client} import of the build image failed: {(res.stderr or res.stdout).strip()[-200:]}")
+    return name
