@@ -19,6 +19,17 @@ def test_every_action_the_workflows_use_has_a_stand_in_or_runs_as_it_is():
         assert folder is None or (rehearse_ci.STANDIN_DIR / folder).exists(), folder
 
 
+def test_every_stand_in_is_an_action_act_can_read():
+    """act reads each stand-in's action.yml as YAML (a `run: echo "a: b"` is not, and stopped test.yml's job)."""
+    import yaml
+    folders = [f for f in (REPO / "tools/ci/act").iterdir() if (f / "action.yml").is_file()]
+    assert len(folders) >= 8
+    for f in folders:
+        action = yaml.safe_load((f / "action.yml").read_text())
+        assert action["runs"]["using"] in ("composite", "node20", "node24"), f
+        assert all(isinstance(step.get("run", ""), str) for step in action["runs"].get("steps", [])), f
+
+
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
     wf = tmp_path / "x.yml"
     wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")
