@@ -136,8 +136,10 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
         differs = buildroot.host_difference(debs, inside=(*sudo, "chroot", str(root)))
         if differs:
             raise BuildImageError(f"the build image's toolchain is not the pinned one ({differs})")
-        if HOST_CA.is_file():
-            shutil.copyfile(HOST_CA, root / "etc" / "ssl" / "certs" / "ca-certificates.crt")
+        if HOST_CA.is_file():  # the root's own bundle is root's file: replaced (its folder is this user's), not written
+            ca = root / "etc" / "ssl" / "certs" / "ca-certificates.crt"
+            ca.unlink(missing_ok=True)
+            shutil.copyfile(HOST_CA, ca)
             (root / "etc" / "pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
         part = out.with_name(out.name + f".{os.getpid()}.part")
         with open(part, "wb") as f:  # as root where sudo: the root holds files only root may read (/etc/shadow)

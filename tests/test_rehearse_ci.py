@@ -30,6 +30,26 @@ def test_every_stand_in_is_an_action_act_can_read():
         assert all(isinstance(step.get("run", ""), str) for step in action["runs"].get("steps", [])), f
 
 
+def test_the_clone_is_tagged_even_where_the_checkout_has_the_tag_already(tmp_path):
+    """On the release, test.yml (and so the slice in `make test`) runs from a checkout of the tag itself."""
+    from oeq_wheels import pins as P
+    pins = P.load()
+    repo = tmp_path / "repo"
+    run = lambda *a, cwd=repo: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)  # noqa: E731
+    repo.mkdir()
+    run("init", "-q")
+    (repo / "f").write_text("x")
+    run("add", "f")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
+    run("tag", f"v{pins.version}")
+    clone, tag = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
+    assert tag == f"v{pins.version}"
+    head = subprocess.run(["git", "rev-parse", "HEAD", f"{tag}^{{}}"], cwd=clone, capture_output=True, text=True)
+    assert len(set(head.stdout.split())) == 1
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=clone, capture_output=True, text=True)
+    assert origin.stdout.strip() == f"https://github.com/{pins.repository}.git"
+
+
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
     wf = tmp_path / "x.yml"
     wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from conftest import REPO, unavailable
+from oeq_wheels import debian
 
 ENGINE_SH = str(REPO / "tools" / "ci" / "engine.sh")
 
@@ -85,7 +86,7 @@ def test_not_root_with_password_free_sudo_the_engines_come_up_through_sudo(tmp_p
     r = engine_up(path, tmp_path)
     assert states(r) == {"DOCKER": "up", "PODMAN": "up"}, r.stdout + r.stderr
     calls = log.read_text()
-    assert "-n dockerd -H unix://" in calls and "--group 1000" in calls and "-n env CONTAINERS_CONF=" in calls
+    assert "/bin/dockerd -H unix://" in calls and "--group 1000" in calls and "-n env CONTAINERS_CONF=" in calls
     assert "through sudo" in r.stderr
 
 
@@ -100,8 +101,9 @@ def test_engines_that_come_up_are_up(tmp_path):
 def test_the_test_command_fails_and_says_why_when_a_required_engine_cannot_start(tmp_path):
     """The whole test command, as `.ci/run` runs it (OEQ_WHEELS_TEST_REQUIRE=engines), with a dockerd that cannot
     start first on PATH: the engine tests FAIL (not skip) and the last lines name dockerd and why."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        unavailable("engines", "the test command brings engines up only as root with apt-get")
+    if debian.as_root() is None or not shutil.which("apt-get"):
+        unavailable("engines", "the test command brings engines up only as root (or through password-free sudo) "
+                               "with apt-get")
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "dockerd").write_text('#!/bin/sh\necho "failed to start daemon: broken on purpose" >&2\nexit 1\n')
@@ -163,23 +165,24 @@ def test_podman_works_again_in_a_second_run_with_the_same_cache(tmp_path):
     """podman's database keeps the runroot its storage was made with; each run of the test command must give
     the same one (and storage made with another, by an older test.sh, is made again), or a second `make test`
     finds podman refusing and its tests skip."""
-    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("runc"):
-        unavailable("engines", "needs root, podman and runc (the test command installs them as root)")
+    sudo = debian.as_root()  # as root, or through password-free sudo as the test command runs podman there
+    if sudo is None or not shutil.which("podman") or not shutil.which("runc"):
+        unavailable("engines", "needs root (or password-free sudo), podman and runc (the test command installs them)")
     cache = tmp_path / "cache"
     # storage from an older test.sh: another runroot
     import tempfile
     old_run = tempfile.mkdtemp(prefix="oeqt-")  # podman takes a runroot of 50 characters at most
-    r0 = subprocess.run(["podman", "--root", str(cache / "podman" / "root"), "--runroot", old_run,
+    r0 = subprocess.run([*sudo, "podman", "--root", str(cache / "podman" / "root"), "--runroot", old_run,
                     "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file", "info"],
                    capture_output=True, text=True)
     assert r0.returncode == 0, r0.stderr
-    script = (f"source {ENGINE_SH}; ENGINE_CACHE={cache}; ENGINE_RUN=$(mktemp -d); _podman_up; "
-              "echo PODMAN=$OEQ_WHEELS_TEST_PODMAN; rm -rf $ENGINE_RUN")
+    script = (f"source {ENGINE_SH}; ENGINE_SUDO=({' '.join(sudo)}); ENGINE_CACHE={cache}; ENGINE_RUN=$(mktemp -d); "
+              "_podman_up; echo PODMAN=$OEQ_WHEELS_TEST_PODMAN; rm -rf $ENGINE_RUN")
     for _run in range(2):
         r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
         assert "test.sh: podman for the container-runner tests" in r.stderr, r.stderr
         assert "PODMAN=/" in r.stdout
-    shutil.rmtree(old_run, ignore_errors=True)
+    subprocess.run([*sudo, "rm", "-rf", old_run, str(cache)], capture_output=True)
 
 
 def test_the_workers_units_name_test_files_that_exist():

@@ -57,6 +57,18 @@ class RehearsalError(OeqWheelsError):
     pass
 
 
+def tagged_clone(repo: Path, clone: Path, pins: pins_mod.Pins) -> tuple[Path, str]:
+    """A clone of repo's HEAD whose origin is the pinned repository, tagged v<version> as the tag push that starts
+    the release; the tag is moved to HEAD where the checkout has it already (test.yml as release.yml calls it
+    runs from a checkout of the tag)."""
+    subprocess.run(["git", "clone", "-q", "--no-local", str(repo), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin",
+                    f"https://github.com/{pins.repository}.git"], check=True)
+    tag = f"v{pins.version}"
+    subprocess.run(["git", "-C", str(clone), "tag", "-f", tag], check=True, capture_output=True)
+    return clone, tag
+
+
 def act_binary() -> str:
     found = Path(sys.executable).parent / "act"
     if found.is_file():
@@ -236,12 +248,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
     ws.chmod(0o755)
     log = ws / "act.log"
     try:
-        clone = ws / "clone"
-        subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(clone)], check=True)
-        subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin",
-                        f"https://github.com/{pins.repository}.git"], check=True)
-        tag = f"v{pins.version}"
-        subprocess.run(["git", "-C", str(clone), "tag", tag], check=True)
+        clone, tag = tagged_clone(REPO, ws / "clone", pins)
         workflow = clone / ".github" / "workflows" / "release.yml"
         if python:
             workflow = narrow(workflow, python, ws / "release-slice.yml")

@@ -75,7 +75,8 @@ _dockerd_up() {
   for driver in overlay2 vfs; do
     mkdir -p "$ENGINE_CACHE/dockerd-$driver"
     # --group: the socket is this user's (root's own group as root), as the docker group makes it on GitHub's runner.
-    "${ENGINE_SUDO[@]}" dockerd -H "$sock" --group "$(id -g)" --data-root "$ENGINE_CACHE/dockerd-$driver" \
+    # By its path on this user's PATH: sudo's own PATH (secure_path) would take another dockerd than this user's.
+    "${ENGINE_SUDO[@]}" "$(command -v dockerd)" -H "$sock" --group "$(id -g)" --data-root "$ENGINE_CACHE/dockerd-$driver" \
       --exec-root "$ENGINE_RUN/exec" --pidfile "$ENGINE_RUN/dockerd.pid" --iptables=false --ip6tables=false \
       --bridge=none --storage-driver "$driver" >"$ENGINE_RUN/dockerd-$driver.log" 2>&1 &
     ENGINE_PID=$!
