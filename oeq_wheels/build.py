@@ -86,11 +86,11 @@ class LineBuild:
     def who(self) -> str:
         return f"oeq-{self.line.key}"
 
-    def recipe(self, python_include: str | None = None) -> stable.Recipe:
+    def recipe(self, python_include: str | None = None, limited_api: bool = False) -> stable.Recipe:
         ob = self.line
         return stable.Recipe(self.trees, verify.manylinux_version(ob.arch.platform_tag) < (2, 32),
                              python_include=python_include, torch_label=f"torch-{ob.torch.version}",
-                             tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"))
+                             tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api)
 
 
 def entry(pin: pins_mod.Pinned) -> Input:
@@ -231,9 +231,10 @@ def prepare_line(sh: Shared, lb: LineBuild, pool_size: int) -> None:
 
 def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, outdir: Path, force: bool) -> dict:
     """One line's binary openequivariance wheel for one Python: its stable extension, built once for every
-    torch of the line's CUDA major."""
+    torch of the line's CUDA major; the stable-ABI build (the line's abi3 CPython) serves every later CPython too."""
     p, ob, tag = sh.pins, lb.line, interp.cp_tag
-    who = f"{lb.who}-{tag}"
+    abi3 = ob.is_abi3(interp.version)
+    who = f"{lb.who}-{tag}" + ("-abi3" if abi3 else "")
     timings: dict = {}
     version = ob.version(p.oeq.version)
     with tempfile.TemporaryDirectory(prefix=f"oeq-wheels-{who}-") as tmp_s:
@@ -241,7 +242,7 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
         # CPython's headers are the same on every 64-bit Linux architecture but pyconfig.h's few
         # machine-specific macros (x87/x64 assembler probes), which nanobind does not read: this
         # host's CPython serves a cross build (release.yml compares a native aarch64 build's checks).
-        recipe = lb.recipe(python_include=os.path.realpath(interp.include))
+        recipe = lb.recipe(python_include=os.path.realpath(interp.include), limited_api=abi3)
         with Stage(who, "compile", timings) as st:
             with ThreadPoolExecutor(4) as pool:
                 objs = stable.compile_all(recipe, lb.objects, pool, python=True)
@@ -261,13 +262,15 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
             cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=lb.toolchain.version)
         with Stage(who, "wheel", timings):
             staged = oeqpy.stage(p, sh.oeq_root, tmp / "stage", version=version,
-                                 tag=assemble.wheel_tag(tag, platform), purelib=False, extlib_files=libs,
+                                 tag=assemble.wheel_tag(tag, platform, ob.abi_tag(interp.version)), purelib=False,
+                                 extlib_files=libs,
                                  build_record=record.to_json())
             whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
                                                    memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
-                                 "stable ABI", outdir, force, platform, timings, interp)
+                                 "stable ABI" + (", abi3audit" if abi3 else ""), outdir, force, platform, timings,
+                                 interp)
 
 
 def stable_trees(pins: pins_mod.Pins, line: pins_mod.OeqLine, files: dict[str, Path], cache: Path) -> stable.StableTrees:

@@ -86,8 +86,10 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--torch", type=_pythons_arg, help="torch releases (default: the pinned tested_torch list)")
     m.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
     m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
-    m.add_argument("--emulated-python", type=_pythons_arg, help="another architecture's rows: these of its emulated "
-                                                              "CPythons (default: pins.toml's emulated_pythons)")
+    m.add_argument("--emulated-python", type=_pythons_arg, help="the rows of CPythons in a Debian root: these only "
+                   "(default: pins.toml's emulated_pythons, under qemu, and debian_pythons, natively)")
+    m.add_argument("--only-debian-pythons", action="store_true", help="no row of this host's own CPython: only "
+                   "those in a Debian root (Debian testing's 3.14 and 3.15 natively, another architecture's emulated)")
     m.add_argument("--arch", type=_pythons_arg, help="architectures of the rows (default: every one the lines are "
                                                    "built for; another than this host's runs under emulation)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
@@ -342,7 +344,7 @@ def _compare_builds(args) -> int:
 def _install_matrix(args) -> int:
     from .release.installmatrix import run
     return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
-               args.emulated_python)
+               args.emulated_python, plain=not args.only_debian_pythons)
 
 
 def _publish(args) -> int:

@@ -66,6 +66,10 @@ class Arch:
     debian_arch: str = ""
     emulated_pythons: dict = dataclasses.field(default_factory=dict)
     qemu: str = ""
+    # This host's own architecture: Debian's CPythons that no other installer here has (newer than the builds'),
+    # X.Y -> {suite: the Debian release that ships it, torch: the torch releases the install matrix tries on it},
+    # run natively in a root file system of that release through bubblewrap (oeq_wheels/release/emulated.py).
+    debian_pythons: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class OeqLine:
     nanobind: Pinned
     tested_torch: tuple[str, ...]
     arch: Arch                # one build of a line per architecture; they share its version and index
+    abi3: str | None = None   # from this CPython on, one stable-ABI (cpXY-abi3) wheel serves every later one
     module_name: str = "oeq_stable_cuda"
     aoti_library: str = "liboeq_stable_cuda_aoti.so"
     torch_libs: tuple[str, ...] = ("torch_cpu", "c10")  # OEq's CMakeLists links CPU LibTorch only
@@ -125,9 +130,29 @@ class OeqLine:
         """This build's name in logs and failures: the line and the architecture (cu130-aarch64)."""
         return f"{self.name}-{self.arch.name}"
 
+    def is_abi3(self, python_version: str) -> bool:
+        """Whether this CPython's build is the stable-ABI one (nanobind's STABLE_ABI: Py_LIMITED_API 3.12)."""
+        return python_version == self.abi3
+
+    def abi_tag(self, python_version: str) -> str:
+        """The wheel's ABI tag for this CPython's build: abi3, or cpXY."""
+        return "abi3" if self.is_abi3(python_version) else cp_tag(python_version)
+
     def ext_suffix(self, python_version: str) -> str:
-        """EXT_SUFFIX of a CPython of this architecture on Linux (what nanobind_extension names the module with)."""
+        """The module's suffix as nanobind names it: .abi3.so for the stable-ABI build (nanobind_extension_abi3),
+        else EXT_SUFFIX of a CPython of this architecture on Linux (nanobind_extension)."""
+        if self.is_abi3(python_version):
+            return ".abi3.so"
         return f".cpython-{python_version.replace('.', '')}-{self.arch.triplet}.so"
+
+    def serves(self, python_version: str) -> bool:
+        """Whether one of this line's wheels installs on this CPython (its own build, or the stable-ABI one)."""
+        v = tuple(map(int, python_version.split(".")))
+        return python_version in self.pythons or (self.abi3 is not None and v >= tuple(map(int, self.abi3.split("."))))
+
+    def requires_python(self, python_version: str) -> str:
+        """The CPythons this build's wheel installs on, as an index's data-requires-python says it."""
+        return f">={python_version}" if self.is_abi3(python_version) else f"=={python_version}.*"
 
     def version(self, oeq_version: str) -> str:
         return f"{oeq_version}+{self.local_version}"
@@ -421,6 +446,10 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     nb = data["nanobind"]
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
     arches = _arches(data)
+    abi3 = ob.get("abi3")
+    if abi3 is not None and (abi3 != ob["pythons"][-1] or tuple(map(int, abi3.split("."))) < (3, 12)):
+        raise PinsError(f"[oeq_binary] abi3 = {abi3!r}: the stable-ABI build must be the last of its pythons "
+                        f"({', '.join(ob['pythons'])}), 3.12 or later (nanobind's linked stable ABI needs 3.12)")
     lines = []
     for line_name, ln in ob["lines"].items():
         where = f"[oeq_binary.lines.{line_name}]"
@@ -436,7 +465,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
                 raise PinsError(f"{where} builds against torch's {ln['torch_wheel']} wheel, which "
                                 f"[matrix.{tm.name!r}] does not pin for {arch_name}")
             lines.append(OeqLine(
-                name=line_name, local_version=ln["local_version"], pythons=tuple(ob["pythons"]),
+                name=line_name, local_version=ln["local_version"], pythons=tuple(ob["pythons"]), abi3=abi3,
                 torch=torch_wheels[ln["torch_wheel"]], torch_local=tm.torch_local, torch_matrix=tm.name,
                 torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
                 nvidia=_nvidia(data, ln["nvidia"], where, arch_name), nanobind=nanobind,

@@ -119,6 +119,16 @@ def cp311_oeq_wheel(cp311_wheel) -> Path:
 
 
 @pytest.fixture(scope="session")
+def abi3_oeq_wheel(tmp_path_factory, cache) -> Path:
+    """The CUDA 13 line's stable-ABI x86_64 wheel (cp312-abi3: CPython 3.12 and every later one)."""
+    out = tmp_path_factory.mktemp("abi3") / "dist"
+    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
+        rows, failures = build.run(out, ["3.12"], cache=cache, arches=["x86_64"])
+    assert not failures, failures
+    return oeq_wheel_of(out, "cu130")
+
+
+@pytest.fixture(scope="session")
 def cp311_oeq_aarch64_wheel(cp311_wheel) -> Path:
     """The CUDA 13 line's aarch64 wheel for CPython 3.11, cross-compiled beside cp311_wheel."""
     return oeq_wheel_of(cp311_wheel.parent, "cu130", "aarch64")

@@ -142,8 +142,8 @@ def test_without_a_cross_compiler_aarch64_is_a_note_or_one_clear_error(monkeypat
 
 def test_the_emulated_cpython_is_one_of_the_pinned_ones_and_making_it_needs_root(monkeypatch, tmp_path):
     arch = P.load().arches["aarch64"]
-    assert arch.emulated_pythons == {"3.11": "bookworm", "3.13": "trixie"}
-    with pytest.raises(emulated.EmulationError, match="no emulated CPython 3.12 for aarch64; .* emulated_pythons: 3.11, 3.13"):
+    assert arch.emulated_pythons == {"3.11": "bookworm", "3.13": "trixie", "3.14": "forky"}
+    with pytest.raises(emulated.EmulationError, match="no emulated CPython 3.12 for aarch64; .* emulated_pythons: 3.11, 3.13, 3.14"):
         emulated.rootfs(arch, "3.12", tmp_path)
     monkeypatch.setattr(debian, "as_root", lambda: None)
     monkeypatch.setattr(emulated, "ensure_tools", lambda *tools: None)  # qemu there or not: the root check runs
@@ -155,13 +155,15 @@ def test_the_emulated_cpython_is_one_of_the_pinned_ones_and_making_it_needs_root
 
 
 @pytest.fixture(scope="module")
-def cp313_set(cp311_wheel, tmp_path_factory, cache):
-    """The cp313 wheels beside the cp311 ones (Debian 13's arm64 CPython is 3.13)."""
-    out = tmp_path_factory.mktemp("cp313") / "dist"
+def abi3_set(cp311_wheel, tmp_path_factory, cache):
+    """The stable-ABI (cp312-abi3) aarch64 wheel beside the cp311 ones: Debian 13's arm64 CPython is 3.13 and
+    Debian testing's 3.14, both served by it."""
+    out = tmp_path_factory.mktemp("abi3") / "dist"
     shutil.copytree(cp311_wheel.parent, out)
     shutil.copytree(cp311_wheel.parent.with_name("dist-extra"), out.with_name("dist-extra"))
-    rows, failures = build.run(out, ["3.13"], cache=cache, arches=["aarch64"])
+    rows, failures = build.run(out, ["3.12"], cache=cache, arches=["aarch64"])
     assert not failures, failures
+    assert [w.name for w in out.with_name("dist-extra").glob("openequivariance-*-cp312-abi3-*_aarch64.whl")]
     return out
 
 
@@ -178,14 +180,14 @@ def aarch64_uv_cache(tmp_path_factory):
 
 # pip's row first: its install (pip's own copies under qemu, ~9 GB for a while) then runs before the module's uv
 # cache holds the aarch64 stacks (~6 GB), not beside it.
-@pytest.mark.parametrize("installer, python", [("pip", "3.11"), ("uv", "3.11"), ("uv", "3.13")])
-def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(emulation, cp313_set, installer,
+@pytest.mark.parametrize("installer, python", [("pip", "3.11"), ("uv", "3.11"), ("uv", "3.13"), ("uv", "3.14")])
+def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(emulation, abi3_set, installer,
                                                                                         python, capsys,
                                                                                         aarch64_uv_cache):
-    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 and
-    Debian 13's 3.13: `make install-matrix` runs every tested torch. Served as the release serves the site;
-    raises on any failure."""
-    assert installmatrix.run(cp313_set, ["2.11.0"], [installer], "3.11", arches=["aarch64"],
+    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 (its
+    cp311 wheel), Debian 13's 3.13 and Debian testing's 3.14 (the cp312-abi3 wheel): `make install-matrix` runs
+    every tested torch. Served as the release serves the site; raises on any failure."""
+    assert installmatrix.run(abi3_set, ["2.11.0"], [installer], "3.11", arches=["aarch64"],
                              emulated_pythons=[python], uv_cache=aarch64_uv_cache) == 0
     table = capsys.readouterr().out
     assert f"2.11.0  cu130 aarch64 py{python}  {installer}" in table and \

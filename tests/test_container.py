@@ -105,7 +105,7 @@ def eng(request, cache):
 
 
 # The container builds x86_64 only, for time: the aarch64 cross build's bytes are proven by the host runner's
-# (tests/test_aarch64.py) and both runners use the same pinned packages (docs/validation.md: all 20 in each engine).
+# (tests/test_aarch64.py) and both runners use the same pinned packages (docs/validation.md: all of them in each engine).
 X86 = ("--arch", "x86_64")
 
 

@@ -80,12 +80,13 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
 
 
 def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):
-    """docs/validation.md records the sha256 of the cu13.1 cp312 wheel the H200 ran; the pinned build gives it.
-    A change that alters those bytes fails here until the GPU proof is run again on the new ones."""
+    """docs/validation.md records the sha256 of the cu13 line's cp312-abi3 wheel the H200 ran; the pinned build gives
+    it. A change that alters those bytes fails here until the GPU proof is run again on the new ones."""
     import hashlib
     import re
     text = (REPO / "docs" / "validation.md").read_text()
-    (recorded,) = re.findall(r"The H200 proof is of the cu13\.1 cp312\s+wheel with sha256 ([0-9a-f]{64})", text)
     line = P.load().oeq_binary
-    (wheel,) = extra_dir(release_set).glob(f"openequivariance-{line.version(P.load().oeq.version)}-cp312-*_x86_64.whl")
+    label = re.escape(line.local_version.removeprefix("oeqwheels."))
+    (recorded,) = re.findall(rf"The H200 proof is of the {label} cp312-abi3\s+wheel with sha256 ([0-9a-f]{{64}})", text)
+    (wheel,) = extra_dir(release_set).glob(f"openequivariance-{line.version(P.load().oeq.version)}-cp312-abi3-*_x86_64.whl")
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == recorded, wheel.name

@@ -12,6 +12,7 @@ from oeq_wheels.release import installmatrix
 from oeq_wheels import pins as P
 
 pytestmark = pytest.mark.slow
+CU12 = P.load().oeq_line("cu128").version("0.7.0")
 
 
 def test_judge_refuses_each_way_of_not_getting_our_binary():
@@ -34,16 +35,16 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
 
     cu12 = installmatrix.Case("2.10.0", "pip", pins.oeq_line("cu128"))
     assert installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu128", "cuda": "12.8",
-                                      "oeq_version": "0.7.0+oeqwheels.cu12.8"}, None, "", pins) == []
+                                      "oeq_version": CU12}, None, "", pins) == []
     assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu130",
-                                                                             "oeq_version": "0.7.0+oeqwheels.cu12.8"},
+                                                                             "oeq_version": CU12},
                                                                         None, "", pins))
 
 
 def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build():
     pins = P.load()
     mix = installmatrix.Case("2.14.1", "uv", pins.oeq_line("cu128"), mix=True)
-    seen = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": "0.7.0+oeqwheels.cu12.8", "precompiled": True,
+    seen = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": CU12, "precompiled": True,
             "built": False, "error": "libcudart.so.12: cannot open shared object file", "ops": []}
     refused = (1, "host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8 is built for CUDA 12, ...\n")
     assert installmatrix.judge(mix, seen, refused, "", pins) == []
@@ -58,11 +59,16 @@ def test_the_plan_covers_every_line_and_the_mix():
     got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
     assert ("2.10.0", "cu128", "uv", False) in got and ("2.15.0", "cu130", "pip", False) in got
     assert (pins.matrix.torch_version, "cu128", "pip", True) in got  # the mix: fastmace-oeq-ext's torch
-    # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, Debian 13's 3.13)
+    # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, 13's 3.13, testing's 3.14)
     assert ("2.15.0", "cu130", "uv", False) in {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
-    assert {c.python for c in cases if c.foreign} == {"3.11", "3.13"} and {c.python for c in cases if not c.foreign} == {""}
+    assert {c.python for c in cases if c.foreign} == {"3.11", "3.13", "3.14"}
+    # x86_64: the host's CPython, and Debian testing's 3.14 and 3.15 in their root for the torches that have
+    # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch 2.10.0 has neither)
+    rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
+    assert rooted == {(t, "cu130-x86_64", v, i) for v, ts in (("3.14", ("2.14.1", "2.15.0")), ("3.15", ("2.15.0",)))
+                      for t in ts for i in ("pip", "uv")}
     per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
-    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + 1
+    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + 1
     narrow = installmatrix.plan(pins, ["2.11.0"], ["uv"], ["aarch64"], ["3.13"])
     assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [("2.11.0", "cu130-aarch64", "3.13", "uv")]
     with pytest.raises(installmatrix.UsageError, match="the OEq lines are built for x86_64, aarch64"):
@@ -77,7 +83,7 @@ def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, 
     assert installmatrix.run(cp311_wheel.parent, [P.load().matrix.torch_version], ["uv"], "3.11",
                              arches=["x86_64"]) == 0  # aarch64: test_aarch64.py
     table = capsys.readouterr().out
-    assert "cu128 (mix)" in table and "refused: host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8" \
+    assert "cu128 (mix)" in table and f"refused: host extension: unusable; openequivariance {CU12}" \
         in table
 
 
@@ -93,3 +99,17 @@ def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypat
     from oeq_wheels.release import cleaninstall, installmatrix
     for mod in (installmatrix, cleaninstall):
         assert "stub.loader_path(" in inspect.getsource(mod), mod.__name__
+
+
+@pytest.mark.parametrize("python, installer", [("3.14", "uv"), ("3.15", "pip")])
+def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any_compiler(abi3_oeq_wheel, python,
+                                                                                          installer, capsys):
+    """CPythons no build here has (Debian testing's 3.14 and 3.15, in a root of their own through bubblewrap):
+    a plain pip or uv install of PyPI's torch 2.15.0 and openequivariance from the served cu130 index, every
+    compiler a sentinel before it, takes our cp312-abi3 wheel; OEq loads oeq_stable_cuda.abi3.so with its
+    operators; nothing is built. `make install-matrix` also runs torch 2.14.1 on 3.14 and each with both installers."""
+    assert installmatrix.run(abi3_oeq_wheel.parent.with_name("dist"), ["2.15.0"], [installer], "3.11",
+                             arches=["x86_64"], emulated_pythons=[python], plain=False) == 0
+    table = capsys.readouterr().out
+    assert f"2.15.0  cu130 py{python} (Debian forky)  {installer}" in table and \
+        "OEq precompiled (our oeq_stable_cuda.abi3.so)" in table and "PASS" in table

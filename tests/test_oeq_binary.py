@@ -201,3 +201,39 @@ def test_the_cuda_symbol_check_refuses_a_symbol_the_oldest_pinned_library_lacks(
     cxx = _so(tmp_path, "cxx.so", "void _ZN3c104impl3fooEv(void); void g(void){_ZN3c104impl3fooEv();}",
               "-Wl,--unresolved-symbols=ignore-all")
     assert abi_problems(cxx, {}) == ["imports C++ symbols, not torch's stable C ABI: ['_ZN3c104impl3fooEv']"]
+
+
+def test_from_cpython_3_12_on_one_stable_abi_wheel_and_the_gate_proves_its_abi(abi3_oeq_wheel, cp311_oeq_wheel,
+                                                                              tmp_path):
+    """nanobind's STABLE_ABI: the module built against Python's limited API 3.12 and named as CPython imports an
+    abi3 module; the tag, the module's suffix and the index's Requires-Python agree; abi3audit (beside
+    torch-abi-audit) passes it and refuses a module that uses more than the limited API."""
+    from oeq_wheels.oeq.verify import abi3audit
+    from oeq_wheels.release.site import _requires_python
+    pins = P.load()
+    assert abi3_oeq_wheel.name == f"openequivariance-{VERSION}-cp312-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(abi3_oeq_wheel) as zf:
+        names = zf.namelist()
+        module = zf.read(EXTLIB + "oeq_stable_cuda.abi3.so")
+        record = OeqBuild.from_json(zf.read(f"openequivariance-{VERSION}.dist-info/{OEQ_BUILD_FILE}").decode())
+    assert not [n for n in names if ".cpython-" in n] and record.python_tag == "cp312"
+    assert _requires_python(abi3_oeq_wheel.name) == ">=3.12" == pins.oeq_line("cu130").requires_python("3.12")
+    v = verify_oeq_binary(abi3_oeq_wheel, pins)
+    assert v.ok, v.problems
+    assert sorted(v.facts["abi3audit"].split("; ")) == ["liboeq_stable_cuda_aoti.so: 3.12", "oeq_stable_cuda.abi3.so: 3.12"]
+    assert b"_PyObject_LookupAttr" not in module  # nanobind's full-API paths are compiled out
+    # A module of the full API (the cp311 build's) in the abi3 wheel's place: abi3audit names what it uses.
+    with zipfile.ZipFile(cp311_oeq_wheel) as zf:
+        full = next(zf.read(n) for n in zf.namelist() if n.endswith(".cpython-311-x86_64-linux-gnu.so"))
+    bad = tmp_path / abi3_oeq_wheel.name
+    with zipfile.ZipFile(abi3_oeq_wheel) as src, zipfile.ZipFile(bad, "w") as dst:
+        for n in src.namelist():
+            dst.writestr(n, full if n.endswith("oeq_stable_cuda.abi3.so") else src.read(n))
+    said, problems = abi3audit(bad)
+    assert problems and problems[0].startswith("abi3audit: oeq_stable_cuda.abi3.so is not abi3 3.12: ") and \
+        "_Py" in problems[0], problems
+    # The same bytes named as a per-version wheel: the pins build 3.12 as abi3, so the gate refuses the tag.
+    renamed = tmp_path / abi3_oeq_wheel.name.replace("-cp312-abi3-", "-cp312-cp312-")
+    renamed.write_bytes(abi3_oeq_wheel.read_bytes())
+    v = verify_oeq_binary(renamed, pins)
+    assert "wheel tag cp312-cp312-manylinux_2_28_x86_64: the pins build CPython 3.12's wheel with ABI abi3" in v.problems

@@ -8,7 +8,8 @@ from oeq_wheels import pins as P
 def test_release_matrix_pins_all_pythons_and_hashes():
     pins = P.load()
     assert pins.matrix.name == f"torch-{pins.matrix.torch_version}"
-    assert pins.matrix.pythons and set(pins.matrix.pythons) <= set(pins.oeq_binary.pythons)
+    # every CPython fastmace-oeq-ext is built for has an OEq wheel of each line (its own, or the stable-ABI one)
+    assert pins.matrix.pythons and all(l.serves(v) for l in pins.oeq_lines for v in pins.matrix.pythons)
     assert re.fullmatch(rf"{re.escape(pins.oeq.version)}\.post\d+", pins.version)  # a release: no local label
     items = pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons])
     assert len(items) == 2 + len(pins.matrix.nvidia) + len(pins.consumer.wheels) + len(pins.matrix.pythons)
@@ -62,7 +63,7 @@ def test_the_cuda12_line_is_a_pins_table_over_torch_2_10_and_its_cu12_wheels():
     assert pins.line_names == ("cu130", "cu128")  # newest CUDA first
     assert [l.key for l in pins.oeq_lines] == ["cu130-x86_64", "cu130-aarch64", "cu128-x86_64"]
     cu12 = pins.oeq_line("cu128")
-    assert cu12.version("0.7.0") == "0.7.0+oeqwheels.cu12.8" and cu12.cuda_major == "12"
+    assert cu12.version("0.7.0") == "0.7.0+oeqwheels.cu12.8.1" and cu12.cuda_major == "12"
     assert (cu12.torch.version, cu12.torch_local, cu12.torch_min) == ("2.10.0", "cu128", "2.10")
     assert cu12.cuda_sonames() == ("libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12")
     assert cu12.runpath() == ("$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cuda_runtime/lib:"
@@ -87,8 +88,9 @@ def test_an_architecture_is_a_pins_table_and_its_files_are_pinned_beside_x86_64s
     assert (arm.version("0.7.0"), arm.name, arm.torch_min, arm.pythons) == \
         (x86.version("0.7.0"), x86.name, x86.torch_min, x86.pythons)
     assert arm.arch.platform_tag == "manylinux_2_28_aarch64" and arm.arch.elf_machine == "EM_AARCH64"
-    assert arm.ext_suffix("3.12") == ".cpython-312-aarch64-linux-gnu.so"
-    assert x86.ext_suffix("3.12") == ".cpython-312-x86_64-linux-gnu.so"
+    assert arm.ext_suffix("3.11") == ".cpython-311-aarch64-linux-gnu.so"
+    assert x86.ext_suffix("3.11") == ".cpython-311-x86_64-linux-gnu.so"
+    assert arm.ext_suffix("3.12") == x86.ext_suffix("3.12") == ".abi3.so"  # the stable-ABI build: no triplet
     assert arm.torch.file == "torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl"
     assert [(n.name, n.version, n.libs) for n in arm.nvidia] == [(n.name, n.version, n.libs) for n in x86.nvidia]
     assert all("aarch64" in n.file for n in arm.nvidia) and not any("aarch64" in n.file for n in x86.nvidia)
@@ -129,3 +131,17 @@ def test_a_dangling_nvidia_reference_is_a_clear_error(tmp_path):
     (tmp_path / "pins.toml").write_text(text)
     with pytest.raises(P.PinsError, match="nvidia-cublas==9.9"):
         P.load(path=tmp_path / "pins.toml")
+
+
+def test_from_the_abi3_cpython_on_one_stable_abi_wheel_serves_every_later_cpython(tmp_path):
+    line = P.load().oeq_lines[0]
+    assert line.pythons == ("3.10", "3.11", "3.12") and line.abi3 == "3.12"
+    assert [line.abi_tag(v) for v in line.pythons] == ["cp310", "cp311", "abi3"]
+    assert [line.requires_python(v) for v in line.pythons] == ["==3.10.*", "==3.11.*", ">=3.12"]
+    assert all(line.serves(v) for v in ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15", "3.99")) and not line.serves("3.9")
+    # nanobind's linked stable ABI needs 3.12, and the abi3 build is the last one built
+    for bad in ('abi3 = "3.11"', 'abi3 = "3.10"'):
+        text = P.PINS_FILE.read_text().replace('abi3 = "3.12"', bad)
+        (tmp_path / "pins.toml").write_text(text)
+        with pytest.raises(P.PinsError, match="3.12 or later"):
+            P.load(path=tmp_path / "pins.toml")

@@ -149,8 +149,10 @@ def sentinel_env(tmp: Path, log: Path, path: str) -> dict:
     for tool in ("g++", "c++", "ninja", "nvcc"):
         (d / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\nexit 1\n')
         (d / tool).chmod(0o755)
+    # CXX too: a machine may preset it to a compiler's absolute path (the GPU machine's /opt/gcc/bin/g++), which
+    # torch's extension builder would take past the PATH sentinels.
     env = dict(os.environ, PATH=f"{d}{os.pathsep}{os.environ['PATH']}", FASTMACE_OEQ_PREBUILT="1",
-               TORCH_EXTENSIONS_DIR=str(tmp / "ext"))
+               TORCH_EXTENSIONS_DIR=str(tmp / "ext"), CXX=str(d / "c++"))
     if path == "prebuilt":
         env["OEQ_JIT_EXTENSION"] = "1"  # OEq skips its stable extension; our hooks serve its JIT load
     return env

@@ -57,8 +57,9 @@ CORE_FIELDS = {"metadata_version": "Metadata-Version", "name": "Name", "version"
                "license_expression": "License-Expression", "description_content_type": "Description-Content-Type"}
 
 
-def wheel_tag(cp_tag: str, platform: str) -> Tag:
-    return Tag(cp_tag, cp_tag, platform)
+def wheel_tag(cp_tag: str, platform: str, abi: str | None = None) -> Tag:
+    """cpXY-cpXY-<platform>, or cpXY-abi3-<platform> for a stable-ABI build."""
+    return Tag(cp_tag, abi or cp_tag, platform)
 
 
 def dist_info_name(pins: Pins) -> str:

@@ -35,6 +35,9 @@ NANOBIND_SOURCES = ("nb_internals.cpp", "nb_func.cpp", "nb_type.cpp", "nb_enum.c
                     "implicit.cpp")
 # nanobind-static's PUBLIC options (NB_OPT_SIZE configurations, Release included).
 NB_SECTIONS = ["-ffunction-sections", "-fdata-sections"]
+# STABLE_ABI: the library becomes nanobind-static-abi3 (the same sources and flags) with this PUBLIC definition, so
+# the module's own sources see it too (nanobind-config.cmake; linked builds always target 3.12, nb_internals.h).
+LIMITED_API = "-DPy_LIMITED_API=0x030C0000"
 
 
 class StableBuildError(OeqWheelsError):
@@ -72,6 +75,7 @@ class Recipe:
     python_include: str | None = None
     torch_label: str = "torch"
     tls_gnu2: bool = True   # nanobind passes -mtls-dialect=gnu2 where the compiler takes it (x86 GCC, not aarch64)
+    limited_api: bool = False  # nanobind_add_module(... STABLE_ABI): Python's limited API, the module named .abi3.so
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
         m = {str(self.trees.nanobind): "nanobind", str(cc.SHIM_DIR): "oeq-wheels-shim"}
@@ -93,6 +97,9 @@ class Recipe:
         return [f"-I{ext}", f"-I{ext / 'backend'}", f"-I{ext / 'json11'}", f"-I{t.torch_root / 'torch' / 'include'}",
                 *(a for d in t.cuda.include_dirs for a in ("-isystem", d))]
 
+    def _limited(self) -> list[str]:
+        return [LIMITED_API] if self.limited_api else []
+
     def aoti(self) -> list[str]:
         """oeq_stable_cuda_aoti: add_library(SHARED), no nanobind."""
         return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", *self._extension_includes(),
@@ -102,14 +109,15 @@ class Recipe:
         """oeq_stable_cuda: nanobind_add_module(... NB_STATIC ...) adds hidden visibility, -Os
         (nanobind_opt_size), no stack protector and nanobind-static's PUBLIC includes and sections."""
         return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DINCLUDE_NB_EXTENSION",
-                *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
+                *self._limited(), *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
                 "-fvisibility=hidden", "-fno-stack-protector", "-Os", *NB_SECTIONS, *self.prefix_map()]
 
     def nanobind(self) -> list[str]:
         """nanobind-static (nanobind_build_library): NB_BUILD, compact assertions in Release,
         no strict aliasing, the TLS descriptor model, hidden visibility, no stack protector."""
         nb = self.trees.nanobind
-        return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", f"-I{nb / 'ext' / 'robin_map' / 'include'}",
+        return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", *self._limited(),
+                f"-I{nb / 'ext' / 'robin_map' / 'include'}",
                 f"-I{self.python_include}", f"-I{nb / 'include'}", "-fvisibility=hidden", "-fno-strict-aliasing",
                 *(["-mtls-dialect=gnu2"] if self.tls_gnu2 else []), *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map(nanobind_only=True)]
 

@@ -51,6 +51,10 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     if py_version not in ob.pythons:
         v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(ob.pythons)}")
         return v
+    if tag.abi != ob.abi_tag(py_version):  # the tag, the module's suffix and its API level agree (and abi3audit)
+        v.problems.append(f"wheel tag {tag}: the pins build CPython {py_version}'s wheel with ABI "
+                          f"{ob.abi_tag(py_version)}")
+        return v
     cache = default_cache()
     if sdist_root is None or cuda_root is None:
         got = fetch.ensure([p.oeq, *ob.nvidia], cache)
@@ -98,8 +102,41 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
             {a: files[a] for a in (module, aoti)}, ob))), memo_dir)
         v.facts["torch_abi_audit"] = said["said"]
         v.problems += said["problems"]
+    if ob.is_abi3(py_version) and module in files and aoti in files:
+        said = remembered("abi3audit", wheel, lambda: dict(zip(("said", "problems"), abi3audit(wheel))), memo_dir)
+        v.facts["abi3audit"] = said["said"]
+        v.problems += said["problems"]
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
+
+
+def abi3audit(wheel: Path) -> tuple[str, list[str]]:
+    """abi3audit's verdict (pypa/abi3audit, hash-locked): every shared object of the wheel uses only the limited
+    API of its tag's CPython (cp312-abi3: 3.12), read from its own symbol tables and abi3info's lists."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="oeq-wheels-abi3audit-") as tmp:
+        report = Path(tmp) / "report.json"
+        res = subprocess.run([sys.executable, "-m", "abi3audit", "--strict", "--report", "-o", str(report),
+                              str(wheel)], capture_output=True, text=True)
+        try:
+            specs = json.loads(report.read_text())["specs"]
+        except (OSError, ValueError, KeyError):
+            return "no report", [f"abi3audit did not report (exit {res.returncode}): "
+                                 f"{(res.stderr or res.stdout).strip()[-300:]}"]
+    problems, seen = [], []
+    for spec in specs.values():
+        for obj in spec.get("wheel", []):
+            r, name = obj.get("result") or {}, obj.get("name", "?")
+            seen.append(f"{name.rsplit('/', 1)[-1]}: {r.get('computed')}")
+            if not r.get("is_abi3") or not r.get("is_abi3_baseline_compatible") or r.get("non_abi3_symbols"):
+                problems.append(f"abi3audit: {name.rsplit('/', 1)[-1]} is not abi3 {r.get('baseline')}: "
+                                f"{', '.join(r.get('non_abi3_symbols') or []) or 'needs ' + str(r.get('computed'))}")
+    if res.returncode != 0 and not problems:
+        problems.append(f"abi3audit exit {res.returncode}: {(res.stderr or res.stdout).strip()[-300:]}")
+    return "; ".join(seen) or "no shared object", problems
 
 
 def torch_abi_audit(libs: dict[str, bytes], ob: pins_mod.OeqLine) -> tuple[str, list[str]]:

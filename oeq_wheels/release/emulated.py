@@ -7,6 +7,11 @@ CPython among them) is unpacked the same way. qemu-user-static runs
 that interpreter with the root file system as its library prefix (-L), so no binfmt_misc registration,
 chroot or container is needed. qemu emulates pointer authentication slowly and nothing here needs it:
 `-cpu max,pauth=off`.
+
+This host's own architecture has CPythons no installer here has (Debian testing's 3.14 and 3.15; pins:
+debian_pythons): the same kind of root file system, with the CPython's venv module, run natively through
+bubblewrap with the root's /usr, /etc and /var in place of the host's (its glibc is newer than this host's) and the
+host's other top-level directories (the work folders, the caches, the stub driver) at their own paths.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .. import debian, proc
+from .. import buildroot, debian, proc
 from ..errors import OeqWheelsError
 from ..files import locked, sweep_stale, temp_prefix
 from ..pins import Arch
@@ -37,17 +42,27 @@ class EmulationError(OeqWheelsError):
     pass
 
 
-def packages(python: str) -> tuple[str, ...]:
-    """What the root file system needs beyond Debian's minimal base: the CPython and the C++ runtime torch uses."""
-    return (f"python{python}", "libstdc++6", "libgomp1")
+def native(arch: Arch) -> bool:
+    """This host's own architecture: its roots run through bubblewrap, not qemu."""
+    return not arch.qemu
+
+
+def packages(python: str, arch: Arch | None = None) -> tuple[str, ...]:
+    """What the root file system needs beyond Debian's minimal base: the CPython and the C++ runtime torch uses;
+    natively, the CPython's venv module too (its pip makes the installs) and the CA certificates' package."""
+    extra = (f"python{python}-venv", "ca-certificates") if arch is not None and native(arch) else ()
+    return (f"python{python}", "libstdc++6", "libgomp1", *extra)
 
 
 def suite(arch: Arch, python: str) -> str:
-    """The Debian release whose CPython X.Y runs under emulation (pins: emulated_pythons)."""
-    if python not in arch.emulated_pythons:
-        raise EmulationError(f"no emulated CPython {python} for {arch.name}; pins.toml's [arch.{arch.name}] "
-                             f"emulated_pythons: {', '.join(arch.emulated_pythons) or 'none'}")
-    return arch.emulated_pythons[python]
+    """The Debian release whose CPython X.Y runs here (pins: emulated_pythons, or debian_pythons natively)."""
+    known = {v: (d["suite"] if isinstance(d, dict) else d) for v, d in
+             (arch.debian_pythons if native(arch) else arch.emulated_pythons).items()}
+    if python not in known:
+        what, key = ("Debian", "debian_pythons") if native(arch) else ("emulated", "emulated_pythons")
+        raise EmulationError(f"no {what} CPython {python} for {arch.name}; pins.toml's [arch.{arch.name}] "
+                             f"{key}: {', '.join(known) or 'none'}")
+    return known[python]
 
 
 def ensure_tools(*tools: tuple[str, str]) -> None:
@@ -64,9 +79,11 @@ def rootfs(arch: Arch, python: str, cache: Path) -> Path:
     if not arch.debian_arch:
         raise EmulationError(f"pins.toml's [arch.{arch.name}] names no debian_arch: no emulated test for it")
     release = suite(arch, python)
-    ensure_tools(("qemu-user-static", arch.qemu))
+    if not native(arch):
+        ensure_tools(("qemu-user-static", arch.qemu))
     cpus = os.cpu_count() or 1
-    key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python), CPU_MIDR, str(cpus)]).encode())
+    key = hashlib.sha256(" ".join([arch.debian_arch, release, MIRROR, *packages(python, arch), CPU_MIDR, str(cpus),
+                                   *_host_files(arch)]).encode())
     name = f"rootfs-{arch.debian_arch}-{release}-{key.hexdigest()[:12]}"
     root = cache / "emulated" / name
     if (root / ".complete").is_file():
@@ -86,7 +103,8 @@ def _make_rootfs(arch: Arch, python: str, release: str, cpus: int, root: Path, s
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=temp_prefix(name)))
     try:
         res = proc.run([*sudo, "debootstrap", f"--arch={arch.debian_arch}", "--foreign", "--variant=minbase",
-                        f"--include={','.join(packages(python))}", release, str(tmp), MIRROR],
+                        f"--include={','.join(packages(python, arch))}", release, str(tmp), MIRROR,
+                        *_script(release)],
                        capture_output=True, text=True)
         if sudo:  # made through sudo: hand the tree back to this user, who unpacks the rest and later removes it
             proc.run([*sudo, "chown", "-R", f"{os.getuid()}:{os.getgid()}", str(tmp)], capture_output=True)
@@ -108,7 +126,11 @@ def _make_rootfs(arch: Arch, python: str, release: str, cpus: int, root: Path, s
         if not (tmp / "lib").is_symlink():
             raise EmulationError(f"the {arch.debian_arch} root file system lost its merged /usr (lib is not a symlink)")
         shutil.rmtree(tmp / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-        _describe_cpu(tmp, cpus)
+        if native(arch):
+            _host_network(tmp)
+            _ldconfig(tmp)
+        else:
+            _describe_cpu(tmp, cpus)
         if not (tmp / "usr" / "bin" / f"python{python}").is_file():
             raise EmulationError(f"Debian {release} {arch.debian_arch} has no python{python}")
         (tmp / ".complete").write_text("")
@@ -119,9 +141,56 @@ def _make_rootfs(arch: Arch, python: str, release: str, cpus: int, root: Path, s
     return root
 
 
+def _script(release: str) -> list[str]:
+    """debootstrap's script for a release it predates (Debian 12's knows no forky): testing's, which is sid's."""
+    scripts = Path("/usr/share/debootstrap/scripts")
+    return [] if (scripts / release).exists() or not (scripts / "sid").exists() else [str(scripts / "sid")]
+
+
 def command(arch: Arch, python: str, root: Path) -> list[str]:
     """The command that runs root's CPython X.Y of arch on this host."""
+    if native(arch):
+        return [*sandbox(root), f"/usr/bin/python{python}"]
     return [arch.qemu, "-cpu", QEMU_CPU, "-L", str(root), str(root / "usr" / "bin" / f"python{python}")]
+
+
+def sandbox(root: Path) -> list[str]:
+    """bubblewrap with root's system in place of this host's and the host's other top-level folders at their own
+    paths (as the build root's compilers run: oeq_wheels/buildroot.py); the network is the host's."""
+    binds = [a for d in sorted(Path("/").iterdir()) if d.name not in buildroot.SYSTEM_DIRS and d.is_dir()
+             and not d.is_symlink() for a in ("--bind", str(d), str(d))]
+    links = [a for link, dest in buildroot.MERGED.items() for a in ("--symlink", dest, f"/{link}")]
+    return [buildroot.bwrap(), "--tmpfs", "/", "--ro-bind", str(root / "usr"), "/usr", "--ro-bind", str(root / "etc"),
+            "/etc", "--ro-bind", str(root / "var"), "/var", *links, "--dev", "/dev", "--proc", "/proc", *binds]
+
+
+# What the native root takes from this host: how it reaches the network (names, and the CA bundle, e.g. a
+# TLS-terminating proxy's, which pip inside must trust as this host does).
+HOST_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl/certs/ca-certificates.crt")
+
+
+def _host_files(arch: Arch) -> list[str]:
+    if not native(arch):
+        return []
+    return ["ldconfig", *(hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in HOST_NETWORK if Path(f).is_file())]
+
+
+def _ldconfig(root: Path) -> None:
+    """The root's own ldconfig over it, as a configured Debian system has its /etc/ld.so.cache: without one,
+    ctypes.util.find_library falls back to running gcc (torch 2.14.1 on CPython 3.14 asks it for libdl)."""
+    res = proc.run([buildroot.bwrap(), "--bind", str(root), "/", "/usr/sbin/ldconfig"], capture_output=True, text=True)
+    if res.returncode != 0 or not (root / "etc" / "ld.so.cache").is_file():
+        raise EmulationError(f"ldconfig in the Debian root failed: {(res.stderr or res.stdout).strip()[-300:]}")
+
+
+def _host_network(root: Path) -> None:
+    for f in HOST_NETWORK:
+        if Path(f).is_file():
+            dest = root / f.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.is_symlink() or dest.exists():
+                dest.unlink()
+            shutil.copyfile(f, dest)
 
 
 def venv(arch: Arch, python: str, root: Path, dest: Path) -> tuple[list[str], Path]:

@@ -45,9 +45,9 @@ from .cleaninstall import has_gpu
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
 
 CHECK = r"""
-import json, importlib.metadata as md
+import json, importlib.metadata as md, platform
 import torch
-out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
 from openequivariance._torch import extlib
 out.update(precompiled=extlib.USE_PRECOMPILED_EXTENSION, built=extlib.BUILT_EXTENSION,
            error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
@@ -64,7 +64,8 @@ class Case:
     installer: str
     line: pins_mod.OeqLine      # the line whose index the install is given
     mix: bool = False           # torch of another CUDA major: a refusal is the pass
-    python: str = ""            # another architecture's row: the emulated CPython X.Y it runs under
+    python: str = ""            # the CPython X.Y of a Debian root file system (another architecture's, emulated; or
+                                # this host's, natively: a CPython no build here has), else this host's
     path: str = "-"
     result: str = "not run"
     ok: bool = False
@@ -75,9 +76,15 @@ class Case:
         return self.line.arch.name != host_arch()
 
     @property
+    def rooted(self) -> bool:
+        """This host's architecture, in a Debian root of a newer CPython (pip and uv run there, through bubblewrap)."""
+        return bool(self.python) and not self.foreign
+
+    @property
     def index(self) -> str:
-        return self.line.name + (f" {self.line.arch.name} py{self.python}" if self.foreign else "") + \
-            (" (mix)" if self.mix else "")
+        where = f" {self.line.arch.name} py{self.python}" if self.foreign else \
+            f" py{self.python} (Debian {emulated.suite(self.line.arch, self.python)})" if self.rooted else ""
+        return self.line.name + where + (" (mix)" if self.mix else "")
 
     @property
     def label(self) -> str:
@@ -101,6 +108,8 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
     if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(torch_major + "."):
         why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {torch_major} build of "
                    f"{case.torch or 'torch'}")
+    if case.python and not check.get("python", "").startswith(case.python + "."):
+        why.append(f"ran on CPython {check.get('python')}, not {case.python}")
     if check["oeq_version"] != line.version(pins.oeq.version):
         why.append(f"installed openequivariance {check['oeq_version']}, not our {line.name} binary wheel")
     if log.strip():
@@ -130,6 +139,18 @@ def _install_command(case: Case, pins: pins_mod.Pins, args: list[str], base_pyth
     filled for that platform and the emulated CPython's version (pip takes exactly the --platform tags it is
     given), checked by that CPython under qemu."""
     fresh = [a for name in (pins.package_name, "openequivariance") for a in ("--refresh-package", name)]
+    if case.rooted:  # inside the root: its CPython's own venv and pip, or uv (the pinned tools' binary) with it
+        py = case.python
+        box = emulated.sandbox(emulated.rootfs(case.line.arch, py, default_cache()))
+        venv, interpreter = work / "venv", f"/usr/bin/python{py}"  # the judge checks the venv's CPython is py
+        vpy = str(venv / "bin" / "python")
+        if case.installer == "uv":  # uv's own choice of CPython (no --python): the root's only one
+            from uv import find_uv_bin
+            uv = find_uv_bin()
+            proc.run([*box, uv, "venv", "-q", str(venv)], env=env, check=True, capture_output=True)
+            return [*box, uv, "pip", "install", "-q", "--python", vpy, *fresh, *args], [*box, vpy], None
+        proc.run([*box, interpreter, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
+        return [*box, vpy, "-m", "pip", "install", "-q", *args], [*box, vpy], None
     if case.foreign:
         arch, py, target = case.line.arch, case.python, work / "target"
         runner = emulated.command(arch, py, emulated.rootfs(arch, py, default_cache()))
@@ -169,7 +190,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
     env.update(env_extra or {})
     try:
         cmd, runner, site = _install_command(case, pins, args, base_python, work, env)
-        say(f"{case.label}: {' '.join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd))}")
+        shown = cmd[max(i for i, a in enumerate(cmd) if a == "--bind") + 3:] if case.rooted else cmd  # not bwrap's
+        say(f"{case.label}: {' '.join(Path(shown[0]).name if i == 0 else c for i, c in enumerate(shown))}")
         r = proc.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             case.result = f"install failed: {(r.stderr or r.stdout).strip().splitlines()[-1][:300]}"
@@ -197,7 +219,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
                 case.path = "refused: " + d.stdout.splitlines()[0][:110]
         if not case.mix:
             whose = f"our {case.line.arch.name} wheel; emulated import {took:.0f} s" if case.foreign else \
-                "our binary wheel"
+                f"our {Path(check['module']).name}" if case.rooted and check and check["module"] else "our binary wheel"
             case.path = (f"OEq precompiled ({whose})" if check and check["precompiled"] else
                          f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
         why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
@@ -205,6 +227,9 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
             why.append(c.stderr.strip()[-500:])
         elif mods and check["built"] and not (check["module"] or "").startswith(str(site)):
             why.append(f"OEq loaded {check['module']}, not the installed wheel's library")
+        elif case.python and not case.mix and case.python not in case.line.pythons and \
+                not (check["module"] or "").endswith(case.line.ext_suffix(case.line.abi3 or "")):
+            why.append(f"CPython {case.python} loaded {check['module']}, not the line's stable-ABI module")
         case.ok = not why
         case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
         return case
@@ -230,7 +255,8 @@ def table(cases: list[Case]) -> str:
 
 
 def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
-         arches: list[str] | None = None, emulated_pythons: list[str] | None = None) -> list[Case]:
+         arches: list[str] | None = None, emulated_pythons: list[str] | None = None,
+         plain: bool = True) -> list[Case]:
     """Every line's tested torches with each installer, for each architecture it is built for (another than this
     host's with each of its emulated CPythons), then the mixed pair (a CUDA 13 torch, the cu12 index)."""
     bad = [i for i in installers if i not in ("pip", "uv")]
@@ -243,25 +269,31 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
     unknown = [t for t in torches or [] if t not in known]
     if unknown:
         raise UsageError(f"--torch {', '.join(unknown)}: no OEq line is tested on it; pinned: {', '.join(sorted(known))}")
-    rows = lambda line: [""] if line.arch.name == host_arch() else \
-        [v for v in line.arch.emulated_pythons if emulated_pythons is None or v in emulated_pythons]
-    cases = [Case(t, i, line, python=v) for line in pins.oeq_lines for t in line.tested_torch
+    def rows(line):  # (torch, CPython of a Debian root or "") of the line
+        if line.arch.name != host_arch():
+            return [(t, v) for t in line.tested_torch for v in line.arch.emulated_pythons
+                    if emulated_pythons is None or v in emulated_pythons]
+        newer = [(t, v) for v, d in line.arch.debian_pythons.items() if line.serves(v) for t in d["torch"]
+                 if t in line.tested_torch and (emulated_pythons is None or v in emulated_pythons)]
+        return [(t, "") for t in line.tested_torch if plain] + newer
+    cases = [Case(t, i, line, python=v) for line in pins.oeq_lines for t, v in rows(line)
              if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
-             for v in rows(line) for i in installers]
+             for i in installers]
     other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major and l.arch.name == host_arch()]
     fastmace_torch = pins.matrix.torch_version  # the torch fastmace-oeq-ext requires
-    if other and (torches is None or fastmace_torch in torches) and (arches is None or host_arch() in arches):
+    if plain and other and (torches is None or fastmace_torch in torches) and (arches is None or host_arch() in arches):
         cases.append(Case(fastmace_torch, installers[0], other[0], mix=True))
     return cases
 
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None, arches: list[str] | None = None,
-        emulated_pythons: list[str] | None = None, uv_cache: Path | None = None) -> int:
+        emulated_pythons: list[str] | None = None, uv_cache: Path | None = None, plain: bool = True) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR.
-    uv_cache: uv's cache for the uv cases (default: uv's own, as a user's uv install uses)."""
+    uv_cache: uv's cache for the uv cases (default: uv's own, as a user's uv install uses).
+    plain: the rows of this host's own CPython too (False: only those of CPythons in a Debian root)."""
     pins = pins_mod.load()
-    cases = plan(pins, torches, installers, arches, emulated_pythons)
+    cases = plan(pins, torches, installers, arches, emulated_pythons, plain)
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
@@ -277,7 +309,8 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
         fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
         with hosts.pages(site, pins.repository.split("/")[1]) as root:  # served as the release serves it
             for case in cases:
-                with_fastmace = case.torch == pins.matrix.torch_version and not case.foreign  # fastmace-oeq-ext: x86_64 only
+                # fastmace-oeq-ext: x86_64 only, for the CPythons of its matrix
+                with_fastmace = case.torch == pins.matrix.torch_version and not case.foreign and not case.rooted
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, base, keep, say, with_fastmace,

@@ -144,7 +144,9 @@ def _metadata(wheel: Path) -> bytes:
 
 
 def _requires_python(name: str) -> str:
-    return f"=={python_of(next(iter(parse_wheel_filename(name)[3])))}.*"
+    """What the wheel's tag installs on: ==3.11.* for cp311-cp311, >=3.12 for a stable-ABI cp312-abi3."""
+    tag = next(iter(parse_wheel_filename(name)[3]))
+    return f">={python_of(tag)}" if tag.abi == "abi3" else f"=={python_of(tag)}.*"
 
 
 def _page(title: str, body: str) -> str:
