@@ -7,8 +7,9 @@ PUBLISH_FLAGS ?=
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
+# ARGS: pytest's own arguments, passed through (make test ARGS='-k verify tests/test_verify.py').
 test:
-	tools/ci/test.sh
+	tools/ci/test.sh $(ARGS)
 
 verify:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl $(OUTDIR)-extra/*.whl

@@ -196,3 +196,12 @@ def test_the_workers_units_name_test_files_that_exist():
     assert set(conftest.LONGEST_FIRST) <= units, set(conftest.LONGEST_FIRST) - units
     assert conftest.unit_of("tests/test_interrupts.py::t") == conftest.unit_of("tests/test_build.py::t")
     assert len({conftest.unit_of(f"tests/{s}.py::t") for s in conftest.BIG_DISK}) == 1
+
+
+def test_make_test_passes_pytest_arguments_through():
+    """A contributor's loop: `make test ARGS='-k name tests/test_x.py'` runs the same test command on a selection."""
+    r = subprocess.run(["make", "-n", "test", "ARGS=-k verify tests/test_verify.py"], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "tools/ci/test.sh -k verify tests/test_verify.py", r.stdout
+    r = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True)
+    assert r.stdout.strip() == "tools/ci/test.sh"  # README's command, unchanged
