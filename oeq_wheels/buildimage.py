@@ -28,7 +28,7 @@ from . import pins as pins_mod
 from .errors import OeqWheelsError
 from .progress import say
 
-FORMAT = 1
+FORMAT = 2                      # of the image: a change here makes new images
 REPOSITORY = "oeq-wheels/build-root"
 # What a build needs to run beside the toolchain: bash, tar and coreutils come with minbase; the CPythons link these.
 BASE = ("ca-certificates", "xz-utils", "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g",
@@ -133,6 +133,15 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
             shutil.copytree(prefix, dest, symlinks=True, ignore=_skip_site_packages(prefix))
             (root / "opt" / "python").mkdir(parents=True, exist_ok=True)
             os.symlink(prefix, root / "opt" / "python" / f"{interp.cp_tag}-{interp.cp_tag}")
+        # A shared CPython (setup-python's on GitHub's runner) finds its libpython only on the loader's path there:
+        # in the image, through ld.so.conf, as a system install would.
+        conf = root / "etc" / "ld.so.conf.d"
+        run("mkdir", "-p", str(conf))
+        run("chown", f"{os.getuid()}:{os.getgid()}", str(conf))
+        (conf / "oeq-wheels-cpythons.conf").write_text("".join(f"{_prefix(i.executable)}/lib\n" for i in interps))
+        res = run("chroot", str(root), "/sbin/ldconfig")
+        if res.returncode != 0:
+            raise BuildImageError(f"ldconfig in the build image failed: {(res.stderr or res.stdout).strip()[-300:]}")
         differs = buildroot.host_difference(debs, inside=(*sudo, "chroot", str(root)))
         if differs:
             raise BuildImageError(f"the build image's toolchain is not the pinned one ({differs})")
