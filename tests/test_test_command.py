@@ -200,8 +200,10 @@ def test_the_workers_units_name_test_files_that_exist():
 
 def test_make_test_passes_pytest_arguments_through():
     """A contributor's loop: `make test ARGS='-k name tests/test_x.py'` runs the same test command on a selection."""
-    r = subprocess.run(["make", "-n", "test", "ARGS=-k verify tests/test_verify.py"], cwd=REPO, capture_output=True,
-                       text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}  # not a sub-make
+    make = ["make", "--no-print-directory", "-n", "test"]
+    r = subprocess.run([*make, "ARGS=-k verify tests/test_verify.py"], cwd=REPO, capture_output=True, text=True,
+                       env=env)
     assert r.returncode == 0 and r.stdout.strip() == "tools/ci/test.sh -k verify tests/test_verify.py", r.stdout
-    r = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(make, cwd=REPO, capture_output=True, text=True, env=env)
     assert r.stdout.strip() == "tools/ci/test.sh"  # README's command, unchanged
