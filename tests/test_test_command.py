@@ -200,7 +200,8 @@ def test_the_workers_units_name_test_files_that_exist():
 
 def test_make_test_passes_pytest_arguments_through():
     """A contributor's loop: `make test ARGS='-k name tests/test_x.py'` runs the same test command on a selection."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}  # not a sub-make
+    # As a top-level make: inside `make test`, MAKEFLAGS and ARGS would come with the environment.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
     make = ["make", "--no-print-directory", "-n", "test"]
     r = subprocess.run([*make, "ARGS=-k verify tests/test_verify.py"], cwd=REPO, capture_output=True, text=True,
                        env=env)
