@@ -196,10 +196,24 @@ def bwrap_problem() -> str | None:
     return lines[-1] if lines else f"bwrap exit {res.returncode}"
 
 
+def system_args(root: Path) -> list[str]:
+    """bubblewrap's arguments that make root's /usr, /etc and /var the system (merged /usr's links included); the
+    host's own folders are bound after them (host_binds, or the shim's loop when it runs)."""
+    links = [a for link, dest in MERGED.items() for a in ("--symlink", dest, f"/{link}")]
+    return ["--tmpfs", "/", "--ro-bind", f"{root}/usr", "/usr", "--ro-bind-try", f"{root}/etc", "/etc",
+            "--ro-bind-try", f"{root}/var", "/var", *links, "--dev", "/dev", "--proc", "/proc"]
+
+
+def host_binds() -> list[str]:
+    """This host's top-level folders that are not its system, each bound at its own path."""
+    return [a for d in sorted(Path("/").iterdir()) if d.name not in SYSTEM_DIRS and d.is_dir() and not d.is_symlink()
+            for a in ("--bind", str(d), str(d))]
+
+
 def shim_text(root: Path, tool: str, bwrap_exe: str) -> str:
-    """A shell script that runs the root's `tool` with the host's own directories at their own paths."""
+    """A shell script that runs the root's `tool` with the host's own directories at their own paths (found when it
+    runs: the script outlives the build that wrote it)."""
     system = "|".join("/" + d for d in SYSTEM_DIRS)
-    links = " ".join(f"--symlink {dest} /{link}" for link, dest in MERGED.items())
     unset = " ".join(f"--unsetenv {v}" for v in UNSET)
     return f"""#!/bin/sh
 # The pinned root's {tool} (oeq_wheels/buildroot.py): written by the build, for its compilers.
@@ -208,8 +222,8 @@ for d in /*; do
   case "$d" in {system}) continue ;; esac
   [ -d "$d" ] && [ ! -L "$d" ] && set -- --bind "$d" "$d" "$@"
 done
-exec '{bwrap_exe}' --tmpfs / --ro-bind '{root}/usr' /usr --ro-bind-try '{root}/etc' /etc --ro-bind-try '{root}/var' /var \\
-  {links} --dev /dev --proc /proc {unset} --setenv PATH /usr/bin:/bin "$@"
+exec '{bwrap_exe}' {" ".join(f"'{a}'" if a.startswith(str(root)) else a for a in system_args(root))} \\
+  {unset} --setenv PATH /usr/bin:/bin "$@"
 """
 
 

@@ -157,11 +157,7 @@ def command(arch: Arch, python: str, root: Path) -> list[str]:
 def sandbox(root: Path) -> list[str]:
     """bubblewrap with root's system in place of this host's and the host's other top-level folders at their own
     paths (as the build root's compilers run: oeq_wheels/buildroot.py); the network is the host's."""
-    binds = [a for d in sorted(Path("/").iterdir()) if d.name not in buildroot.SYSTEM_DIRS and d.is_dir()
-             and not d.is_symlink() for a in ("--bind", str(d), str(d))]
-    links = [a for link, dest in buildroot.MERGED.items() for a in ("--symlink", dest, f"/{link}")]
-    return [buildroot.bwrap(), "--tmpfs", "/", "--ro-bind", str(root / "usr"), "/usr", "--ro-bind", str(root / "etc"),
-            "/etc", "--ro-bind", str(root / "var"), "/var", *links, "--dev", "/dev", "--proc", "/proc", *binds]
+    return [buildroot.bwrap(), *buildroot.system_args(root), *buildroot.host_binds()]
 
 
 # What the native root takes from this host: how it reaches the network (names, and the CA bundle, e.g. a
