@@ -15,6 +15,7 @@ kept only to import it again into another engine. debootstrap and dpkg need root
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,6 +52,7 @@ def interpreters(pins: pins_mod.Pins) -> list[pythons.Interpreter]:
     return out
 
 
+@functools.lru_cache(maxsize=None)  # key(), rootfs() and the ld.so.conf each want it: one process per CPython
 def _prefix(python: str) -> str:
     return subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -72,18 +74,6 @@ def _machine() -> str:
 
 def tag(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
     return f"{REPOSITORY}:{key(pins, interps)}"
-
-
-def _skip_site_packages(prefix: str):
-    """The interpreters as installed, without what was pip-installed into them (venvs bring their own)."""
-    def ignore(directory, names):
-        d = Path(directory)
-        if d.name == "site-packages" and d.parent.parent == Path(prefix) / "lib":
-            return [n for n in names if n != "README.txt"]
-        if d.name.startswith("python3.") and d.parent == Path(prefix) / "lib":
-            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
-        return [n for n in names if n == "__pycache__"]
-    return ignore
 
 
 def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter]) -> Path:
@@ -130,7 +120,7 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
             dest = root / prefix.lstrip("/")
             run("mkdir", "-p", str(dest.parent))
             run("chown", f"{os.getuid()}:{os.getgid()}", str(dest.parent))
-            shutil.copytree(prefix, dest, symlinks=True, ignore=_skip_site_packages(prefix))
+            shutil.copytree(prefix, dest, symlinks=True, ignore=pythons.as_installed(Path(prefix)))
             (root / "opt" / "python").mkdir(parents=True, exist_ok=True)
             os.symlink(prefix, root / "opt" / "python" / f"{interp.cp_tag}-{interp.cp_tag}")
         # A shared CPython (setup-python's on GitHub's runner) finds its libpython only on the loader's path there:

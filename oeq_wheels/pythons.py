@@ -128,6 +128,19 @@ def discover_all(manylinux_root: str = "/opt/python") -> list[Interpreter]:
     return out
 
 
+def as_installed(prefix: Path, keep: tuple[str, ...] = ()):
+    """A copytree filter: a CPython as installed, without what was pip-installed into it (venvs bring their own;
+    keep: the packages whose names start so stay), its test suite and GUI parts, or bytecode."""
+    def ignore(directory, names):
+        d = Path(directory)
+        if d.name == "site-packages" and d.parent.parent == prefix / "lib":
+            return [n for n in names if n != "README.txt" and not n.startswith(keep)]
+        if d.name.startswith("python3.") and d.parent == prefix / "lib":
+            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
+        return [n for n in names if n == "__pycache__"]
+    return ignore
+
+
 def headers_digest(include: Path) -> str:
     """What a CPython's C headers are: every file's relative name and sha256, in order."""
     h = hashlib.sha256()

@@ -131,19 +131,8 @@ def tool_cache(dest: Path, versions: list[str]) -> Path:
                                      capture_output=True, text=True, check=True).stdout.strip())
         target = dest / "Python" / interp.full_version / "x64"
         if not target.is_dir():
-            shutil.copytree(prefix, target, symlinks=True, ignore=_installed_only(prefix))
+            shutil.copytree(prefix, target, symlinks=True, ignore=pythons.as_installed(prefix, keep=("pip", "setuptools")))
     return dest
-
-
-def _installed_only(prefix: Path):
-    def ignore(directory, names):
-        d = Path(directory)
-        if d.name == "site-packages" and d.parent.parent == prefix / "lib":
-            return [n for n in names if n not in ("README.txt",) and not n.startswith(("pip", "setuptools"))]
-        if d.name.startswith("python3.") and d.parent == prefix / "lib":
-            return [n for n in names if n in ("test", "idlelib", "tkinter", "turtledemo")]
-        return [n for n in names if n == "__pycache__"]
-    return ignore
 
 
 def host_compiler(dest: Path) -> Path:
