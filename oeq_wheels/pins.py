@@ -150,10 +150,6 @@ class OeqLine:
         v = tuple(map(int, python_version.split(".")))
         return python_version in self.pythons or (self.abi3 is not None and v >= tuple(map(int, self.abi3.split("."))))
 
-    def requires_python(self, python_version: str) -> str:
-        """The CPythons this build's wheel installs on, as an index's data-requires-python says it."""
-        return f">={python_version}" if self.is_abi3(python_version) else f"=={python_version}.*"
-
     def version(self, oeq_version: str) -> str:
         return f"{oeq_version}+{self.local_version}"
 

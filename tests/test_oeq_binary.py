@@ -217,7 +217,7 @@ def test_from_cpython_3_12_on_one_stable_abi_wheel_and_the_gate_proves_its_abi(a
         module = zf.read(EXTLIB + "oeq_stable_cuda.abi3.so")
         record = OeqBuild.from_json(zf.read(f"openequivariance-{VERSION}.dist-info/{OEQ_BUILD_FILE}").decode())
     assert not [n for n in names if ".cpython-" in n] and record.python_tag == "cp312"
-    assert _requires_python(abi3_oeq_wheel.name) == ">=3.12" == pins.oeq_line("cu130").requires_python("3.12")
+    assert _requires_python(abi3_oeq_wheel.name) == ">=3.12"
     v = verify_oeq_binary(abi3_oeq_wheel, pins)
     assert v.ok, v.problems
     assert sorted(v.facts["abi3audit"].split("; ")) == ["liboeq_stable_cuda_aoti.so: 3.12", "oeq_stable_cuda.abi3.so: 3.12"]
