@@ -3,13 +3,17 @@ OUTDIR ?= dist
 
 PUBLISH_FLAGS ?=
 
-.PHONY: wheels test verify publish site rehearse-release rehearse-ci install-matrix check-tag pins clean
+.PHONY: wheels test test-unit verify publish site rehearse-release rehearse-ci install-matrix check-tag pins clean
 wheels:
 	tools/release/oeq_wheels/build.sh $(OUTDIR)
 
-# ARGS: pytest's own arguments, passed through (make test ARGS='-k verify tests/test_verify.py').
+# ARGS: pytest's own arguments, passed through (make test ARGS='-k verify tests/integration/test_verify.py').
 test:
 	tools/ci/test.sh $(ARGS)
+
+# The quick loop: the unit tier only (no build, network, engine, emulation or torch install; about a minute).
+test-unit:
+	tools/ci/test.sh tests/unit $(ARGS)
 
 verify:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl $(OUTDIR)-extra/*.whl

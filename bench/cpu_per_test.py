@@ -21,7 +21,7 @@ def _cpu(who: int) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    # Not for a test's own pytest runs (tests/test_test_command.py runs the test command): their tests are this one's.
+    # Not for a test's own pytest runs (tests/integration/test_test_command_engines.py runs the test command): their tests are this one's.
     os.environ.pop("OEQ_WHEELS_BENCH_CPU", None)
     t0, own, kids = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     yield

@@ -228,7 +228,7 @@ def fetch_equal() -> int:
     """The full-size proof that both fetches give the same wheels: `build` of every wheel twice, each in an empty
     cache of its own, once fetching members by range (the default) and once OEQ_WHEELS_FETCH=whole; prints each
     wheel's sha256 and the downloaded bytes of each, exits 1 on any difference. make test proves the parts on small
-    files (tests/test_members.py: members give the wheel's trees; tests/test_elfstub.py: a stub links as its
+    files (tests/unit/test_members.py: members give the wheel's trees; tests/unit/test_elfstub.py: a stub links as its
     library); this costs two full builds and about 7 GB of temporary disk."""
     import suite
     from oeq_wheels.files import sha256_file

@@ -398,6 +398,9 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     wanted, ext_wanted = select_pythons(pins, versions)
     check_arch_names(pins, arches)
     cache = cache or default_cache()
+    # Before the toolchain, whose root may download: an OUTDIR that cannot be written is one line, nothing fetched.
+    outdir = prepare_outdir(outdir)
+    extra = prepare_outdir(extra_dir(outdir))
     make, which = toolchain_maker(pins, toolchain, cache)
     say(f"oeq-wheels: toolchain: {which}")
     toolchains, arch_notes = select_arches(pins, arches, make)
@@ -405,8 +408,6 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
     interps = pythons_with_headers(pins, pythons.find_all(wanted), cache)
-    outdir = prepare_outdir(outdir)
-    extra = prepare_outdir(extra_dir(outdir))
     toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))
     jobs = jobs or os.cpu_count() or 1
     lines = ", ".join(dict.fromkeys(l.version(pins.oeq.version) for l in oeq_lines))

@@ -383,7 +383,7 @@ def record_sha256(wheel: Path) -> str:
 
 
 def derived_lines(pins: pins_mod.Pins) -> list[str]:
-    """README's lines made from pins: the users' install commands and FastMACE's (tests/test_site.py holds
+    """README's lines made from pins: the users' install commands and FastMACE's (tests/integration/test_site.py holds
     README to them)."""
     return [*pins.install_lines(), *pins.fastmace_install_lines()]
 

@@ -1,6 +1,6 @@
 """The proof table: every "tested"/"proven" sentence of README.md and the docs (tests/claims.toml), the tests that
 prove it, and what they did in this run. conftest.py records each test's outcome and prints the table at the end
-of `make test`; tests/test_claims.py holds the file to the documents and to the tests that exist."""
+of `make test`; tests/unit/test_claims.py holds the file to the documents and to the tests that exist."""
 from __future__ import annotations
 
 import ast

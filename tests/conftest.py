@@ -1,9 +1,12 @@
-"""Shared fixtures: the pipeline's cache, a real cp311 build, and a torch 2.14.1 venv."""
+"""Shared fixtures (the pipeline's cache, a real cp311 build, torch venvs), the two tiers' rules, the workers' units
+of work and the proof table."""
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -87,7 +90,7 @@ def resumed_build(tmp_path_factory, cache):
     left (for the interrupt test); returns the finished OUTDIR (for the reproducibility test), those facts and its
     cache, whose objects are the cp311 ones alone (test_build's failing-CPython build starts from them).
     Its input trees are its own, linked from the shared member and stub stores (nothing fetched or stored again);
-    that members and whole files give the same wheels is tests/test_members.py's (and bench/run.py --fetch-equal's)."""
+    that members and whole files give the same wheels is tests/unit/test_members.py's (and bench/run.py --fetch-equal's)."""
     root = tmp_path_factory.mktemp("resumed")
     c = private_cache(root / "cache", cache, share=("downloads", "members", "stubs", "buildroot"))
     out, tmp = root / "dist", root / "tmp"
@@ -266,7 +269,67 @@ def unit_of(nodeid: str) -> str:
     return SHARED_UNIT.get(stem, stem)
 
 
+# The unit tier (tests/unit, `make test-unit`) builds nothing, installs no torch, starts no engine or emulation and
+# reaches no network: its tests may not ask for these fixtures (collection fails naming the test), and each runs
+# with connections off loopback refused and a dead proxy for the programs it starts.
+UNIT_TIER = REPO / "tests" / "unit"
+INTEGRATION_ONLY = {"cache", "cp311_wheel", "resumed_build", "cp311_oeq_wheel", "abi3_oeq_wheel", "cp311_oeq_aarch64_wheel",
+                    "cp311_oeq_cu12_wheel", "torch_base", "torch_venv", "libcuda_stub", "oeq_stack", "oeq_venv",
+                    "fastmace_base", "fastmace_venv", "cp311_plain_oeq", "post1_wheel", "post1_torch", "emulation"}
+OFFLINE = "the unit tier reaches no network (tests/unit); move this test to tests/integration"
+
+
+def in_unit_tier(item) -> bool:
+    return Path(str(item.path)).is_relative_to(UNIT_TIER)
+
+
+def _loopback(address) -> bool:
+    host = address[0] if isinstance(address, tuple) else None
+    if host is None:  # AF_UNIX and the like
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def tier_violations(items) -> list[str]:
+    """'nodeid asks for FIXTURES' for each unit-tier test that asks for an integration fixture."""
+    return sorted(f"{it.nodeid} asks for {', '.join(sorted(INTEGRATION_ONLY & set(it.fixturenames)))}"
+                  for it in items if in_unit_tier(it) and INTEGRATION_ONLY & set(it.fixturenames))
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_offline(request, monkeypatch):
+    if not in_unit_tier(request.node):
+        yield
+        return
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def connect(self, address):
+        if not _loopback(address):
+            raise OSError(f"{OFFLINE}: {address[0]}")
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        if not _loopback(address):
+            raise OSError(f"{OFFLINE}: {address[0]}")
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(k, "http://127.0.0.1:9")  # discard: nothing answers
+    for k in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(k, "127.0.0.1,localhost,::1")
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
+    wrong = tier_violations(items)
+    if wrong:
+        raise pytest.UsageError("a unit test asks for an integration fixture (move it to tests/integration): "
+                                + "; ".join(wrong))
     rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(unit_of(it.nodeid), len(rank)))  # stable: collection order within a rank
 

@@ -9,7 +9,7 @@
 # is never used or touched.
 # Each engine's state goes to the tests as OEQ_WHEELS_ENGINE_DOCKER / OEQ_WHEELS_ENGINE_PODMAN: "up", "skip: WHY"
 # (it cannot be had here: not root, no apt-get) or "fail: WHY" (it could be had and bringing it up failed: the
-# command and its last line). tests/test_container.py turns a skip into a named SKIPPED (a failure where
+# command and its last line). tests/integration/test_container.py turns a skip into a named SKIPPED (a failure where
 # OEQ_WHEELS_TEST_REQUIRE names engines) and a fail into a FAILURE; test.sh repeats both as its last lines.
 engine_up() {
   ENGINE_PID=""

@@ -5,7 +5,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$("$REPO/tools/bootstrap.sh")"
 cd "$REPO"
 # The suite's processes write no bytecode, whatever the shell says: the repository and the cached venvs stay as
-# they were (tests/test_container.py checks the repository while the other worker imports), and every run does the
+# they were (tests/integration/test_container.py checks the repository while the other worker imports), and every run does the
 # same work.
 export PYTHONDONTWRITEBYTECODE=1
 # shellcheck source=require.sh
@@ -13,11 +13,23 @@ source "$REPO/tools/ci/require.sh"
 # A real container engine for the container-runner tests (our own dockerd and podman; tools/ci/engine.sh).
 # shellcheck source=engine.sh
 source "$REPO/tools/ci/engine.sh"
-trap "engine_down || true" EXIT
-# Not under errexit: each step of it says itself what failed (OEQ_WHEELS_ENGINE_*), and the tests act on that.
-set +e
-engine_up
-set -e
+# Only for a selection with a test marked `engines` (a whole run has them): `make test-unit` or one file of
+# another kind starts none.
+engine_files="$(grep -l '^pytestmark = pytest.mark.engines' tests/*/test_*.py || true)"
+engines=yes
+if [ $# -gt 0 ]; then
+  selected="$(PYTHONPATH="$REPO" "$PY" -m pytest -p no:cacheprovider --collect-only -q "$@" 2>/dev/null || true)"
+  if [ -z "$engine_files" ] || ! grep -qF "$engine_files" <<<"$selected"; then
+    engines=no
+  fi
+fi
+if [ "$engines" = yes ]; then
+  trap "engine_down || true" EXIT
+  # Not under errexit: each step of it says itself what failed (OEQ_WHEELS_ENGINE_*), and the tests act on that.
+  set +e
+  engine_up
+  set -e
+fi
 set +e
 # The pipeline from the checkout; tests/conftest.py adds runtime/ for the pytest process only, so
 # that the venvs the tests start import the fastmace_oeq_ext of a wheel, never the checkout's.
@@ -30,7 +42,7 @@ PYTHONPATH="$REPO" "$PY" -m pytest -p no:cacheprovider -ra "${dist[@]}" "$@"
 rc=$?
 set -e
 # The engines' state last, where nobody misses it: a skip or a failure of them names why.
-for kind in DOCKER PODMAN; do
+[ "$engines" = yes ] && for kind in DOCKER PODMAN; do
   state="$(printenv "OEQ_WHEELS_ENGINE_$kind" || true)"
   [ "$state" = up ] || echo "test.sh: container engine ${kind,,}: ${state:-not started}" >&2
 done

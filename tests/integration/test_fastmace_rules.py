@@ -41,7 +41,6 @@ from oeq_wheels import pins as P, stub, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
 
 RULES_DIR = REPO / "contrib" / "fastmace"
 OPS = ["jit_conv_forward", "jit_tp_backward", "jit_tp_forward"]

@@ -4,14 +4,12 @@ import os
 import subprocess
 import zipfile
 
-import pytest
 
 from conftest import RUNTIME, run_cli
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import inputs, pins as P, verify
 from oeq_wheels.oeq.verify import verify_oeq_binary
 
-pytestmark = pytest.mark.slow
 VERSION = P.load().oeq_binary.version("0.7.0")
 EXTLIB = "openequivariance/_torch/extlib/"
 

@@ -5,12 +5,9 @@ import shutil
 import zipfile
 from pathlib import Path
 
-import pytest
 
 from oeq_wheels import gate, verify
 from oeq_wheels.ext.verify import verify_wheel
-
-pytestmark = pytest.mark.slow
 
 
 def _rewrite(src, dst, change):

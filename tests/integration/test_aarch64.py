@@ -27,7 +27,6 @@ from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
 from oeq_wheels.release import emulated, installmatrix
 
-pytestmark = pytest.mark.slow
 EXTLIB = "openequivariance/_torch/extlib/"
 MODULE = EXTLIB + "oeq_stable_cuda.cpython-311-aarch64-linux-gnu.so"
 AOTI = EXTLIB + "liboeq_stable_cuda_aoti.so"

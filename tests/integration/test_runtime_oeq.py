@@ -4,11 +4,9 @@ import os
 import shutil
 import subprocess
 
-import pytest
 
 from oeq_wheels import pins as P
 
-pytestmark = pytest.mark.slow
 
 PROBE = r"""
 import json, os, sys, time

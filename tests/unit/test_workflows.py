@@ -231,7 +231,6 @@ def test_both_workflows_let_bubblewrap_run_the_build_root_before_they_build():
     assert 'if [ "$(sysctl -n "$key" 2>/dev/null || echo absent)" = 1 ]' in text
 
 
-
 def test_the_clean_install_job_has_the_binary_oeq_wheels_it_serves():
     """clean_install.sh serves OUTDIR-extra's openequivariance wheels as the cu130 index; the job downloaded only dist/
     (make rehearse-ci: "no openequivariance wheel to serve")."""

@@ -16,8 +16,6 @@ from oeq_wheels import build, pins as P, verify
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
-
 
 def test_wheel_contents_and_metadata(cp311_wheel):
     pins = P.load()

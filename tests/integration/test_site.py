@@ -12,8 +12,6 @@ from oeq_wheels import pins as P
 from oeq_wheels.release import site
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.mark.parametrize("name, hosted", [
     ("openequivariance-0.7.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",

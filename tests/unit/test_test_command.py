@@ -1,12 +1,11 @@
 """README's test command brings up a real container engine of its own (tools/ci/engine.sh), or says in one
-line why it cannot, and the tests go on."""
+line why it cannot, and the tests go on: here with fake engines and a bare PATH."""
 import os
 import shutil
 import subprocess
 import sys
 
-from conftest import REPO, unavailable
-from oeq_wheels import debian
+from conftest import REPO
 
 ENGINE_SH = str(REPO / "tools" / "ci" / "engine.sh")
 
@@ -98,49 +97,9 @@ def test_engines_that_come_up_are_up(tmp_path):
     assert states(r) == {"DOCKER": "up", "PODMAN": "up"}, r.stdout + r.stderr
 
 
-def test_the_test_command_fails_and_says_why_when_a_required_engine_cannot_start(tmp_path):
-    """The whole test command, as `.ci/run` runs it (OEQ_WHEELS_TEST_REQUIRE=engines), with a dockerd that cannot
-    start first on PATH: the engine tests FAIL (not skip) and the last lines name dockerd and why."""
-    if debian.as_root() is None or not shutil.which("apt-get"):
-        unavailable("engines", "the test command brings engines up only as root (or through password-free sudo) "
-                               "with apt-get")
-    fake = tmp_path / "fake"
-    fake.mkdir()
-    (fake / "dockerd").write_text('#!/bin/sh\necho "failed to start daemon: broken on purpose" >&2\nexit 1\n')
-    (fake / "dockerd").chmod(0o755)
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OEQ_WHEELS_TEST_REQUIRE="engines")
-    for k in ("OEQ_WHEELS_TEST_ENGINE", "DOCKER_HOST", "OEQ_WHEELS_ENGINE_DOCKER", "OEQ_WHEELS_ENGINE_PODMAN",
-              "OEQ_WHEELS_TEST_PODMAN"):
-        env.pop(k, None)
-    test = "tests/test_container.py::test_a_daemon_that_dies_mid_build_is_one_line"
-    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, "-q"], capture_output=True, text=True,
-                       env=env, cwd=REPO, timeout=600)
-    out = (r.stdout + r.stderr).strip().splitlines()
-    assert r.returncode != 0, "\n".join(out[-20:])
-    assert any(l.startswith(f"FAILED {test}") for l in out), out[-20:]
-    assert any(l.startswith("engines required (OEQ_WHEELS_TEST_REQUIRE) but not available: container engine docker: "
-                            "fail: dockerd did not start") and "broken on purpose" in l for l in out), out[-20:]
-    assert any(l.startswith("test.sh: container engine docker: fail: dockerd did not start") and
-               "broken on purpose" in l for l in out[-3:]), out[-5:]
-    assert any(l.startswith("engines ") and " FAIL " in l for l in out), out[-20:]  # the proof table
-    # With the setting empty (nothing required) the same run passes, the test SKIPPED by name with that reason;
-    # from a shell that lets Python write bytecode, the suite's processes still write none.
-    env["OEQ_WHEELS_TEST_REQUIRE"] = ""
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    no_bytecode = "tests/test_test_command.py::test_the_suites_processes_write_no_bytecode"
-    r = subprocess.run(["bash", str(REPO / "tools/ci/test.sh"), test, no_bytecode, "-q", "-rs"], capture_output=True,
-                       text=True, env=env, cwd=REPO, timeout=600)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert any(l.startswith("SKIPPED") and "dockerd did not start" in l and "broken on purpose" in l
-               for l in r.stdout.splitlines()), r.stdout[-3000:]
-    # ... and the proof table shows the claim SKIPPED with that reason.
-    assert any(l.startswith("engines ") and " SKIPPED " in l and "dockerd did not start" in l
-               for l in r.stdout.splitlines()), r.stdout[-3000:]
-
-
 def test_the_suites_processes_write_no_bytecode():
     """The test command sets PYTHONDONTWRITEBYTECODE: with bytecode written, a worker importing a module of the
-    repository for the first time adds a __pycache__ to it while tests/test_container.py checks that a build wrote
+    repository for the first time adds a __pycache__ to it while tests/integration/test_container.py checks that a build wrote
     nothing there, and a test importing from a cached venv changes that venv."""
     assert sys.flags.dont_write_bytecode
     r = subprocess.run([sys.executable, "-c", "import sys; print(sys.flags.dont_write_bytecode)"],
@@ -161,36 +120,13 @@ def test_as_root_with_apt_the_test_command_requires_every_capability_by_default(
         assert r.stdout.strip() == f"R={want}", (uid, apt, preset, r.stdout, r.stderr)
 
 
-def test_podman_works_again_in_a_second_run_with_the_same_cache(tmp_path):
-    """podman's database keeps the runroot its storage was made with; each run of the test command must give
-    the same one (and storage made with another, by an older test.sh, is made again), or a second `make test`
-    finds podman refusing and its tests skip."""
-    sudo = debian.as_root()  # as root, or through password-free sudo as the test command runs podman there
-    if sudo is None or not shutil.which("podman") or not shutil.which("runc"):
-        unavailable("engines", "needs root (or password-free sudo), podman and runc (the test command installs them)")
-    cache = tmp_path / "cache"
-    # storage from an older test.sh: another runroot
-    import tempfile
-    old_run = tempfile.mkdtemp(prefix="oeqt-")  # podman takes a runroot of 50 characters at most
-    r0 = subprocess.run([*sudo, "podman", "--root", str(cache / "podman" / "root"), "--runroot", old_run,
-                    "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file", "info"],
-                   capture_output=True, text=True)
-    assert r0.returncode == 0, r0.stderr
-    script = (f"source {ENGINE_SH}; ENGINE_SUDO=({' '.join(sudo)}); ENGINE_CACHE={cache}; ENGINE_RUN=$(mktemp -d); "
-              "_podman_up; echo PODMAN=$OEQ_WHEELS_TEST_PODMAN; rm -rf $ENGINE_RUN")
-    for _run in range(2):
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-        assert "test.sh: podman for the container-runner tests" in r.stderr, r.stderr
-        assert "PODMAN=/" in r.stdout
-    subprocess.run([*sudo, "rm", "-rf", old_run, str(cache)], capture_output=True)
-
-
 def test_the_workers_units_name_test_files_that_exist():
     """tests/conftest.py's units of work for the test command's workers: a test file renamed without its entry would
     leave its unit silently (a multi-GB file then running beside another), and an order naming no unit orders
     nothing."""
     import conftest
-    stems = {p.stem for p in (REPO / "tests").glob("test_*.py")}
+    stems = {p.stem for p in (REPO / "tests").glob("*/test_*.py")}
+    assert len(stems) == len(list((REPO / "tests").glob("*/test_*.py")))  # a unit is a stem: both tiers' differ
     assert set(conftest.SHARED_UNIT) <= stems, set(conftest.SHARED_UNIT) - stems
     units = {conftest.unit_of(f"tests/{s}.py::t") for s in stems}
     assert set(conftest.LONGEST_FIRST) <= units, set(conftest.LONGEST_FIRST) - units
@@ -203,8 +139,8 @@ def test_make_test_passes_pytest_arguments_through():
     # As a top-level make: inside `make test`, MAKEFLAGS and ARGS would come with the environment.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
     make = ["make", "--no-print-directory", "-n", "test"]
-    r = subprocess.run([*make, "ARGS=-k verify tests/test_verify.py"], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([*make, "ARGS=-k verify tests/integration/test_verify.py"], cwd=REPO, capture_output=True, text=True,
                        env=env)
-    assert r.returncode == 0 and r.stdout.strip() == "tools/ci/test.sh -k verify tests/test_verify.py", r.stdout
+    assert r.returncode == 0 and r.stdout.strip() == "tools/ci/test.sh -k verify tests/integration/test_verify.py", r.stdout
     r = subprocess.run(make, cwd=REPO, capture_output=True, text=True, env=env)
     assert r.stdout.strip() == "tools/ci/test.sh"  # README's command, unchanged

@@ -15,8 +15,6 @@ from oeq_wheels import pins as P
 from oeq_wheels.output import extra_dir
 from oeq_wheels.venvs import pip_env
 
-pytestmark = pytest.mark.slow
-
 
 def test_release_host_renames_on_upload_and_redirects_downloads(cp311_oeq_wheel, tmp_path):
     host = hosts.ReleaseHost(tmp_path / "storage", "owner/repo")

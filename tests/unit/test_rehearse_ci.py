@@ -1,7 +1,5 @@
-"""`make rehearse-ci` runs the workflows under act as GitHub's runner would; here its narrow slice: release.yml's tag
-job, then its build job's steps for one CPython, as a non-root user with password-free sudo and a host compiler that
-is not the pinned one first on PATH. The full rehearsal (both workflows whole) runs before a release."""
-import os
+"""`make rehearse-ci`'s parts that need no act run: every action has a stand-in, the tagged clone, the slice and
+the jobs not run (the slice under act is tests/integration/test_rehearse_ci_act.py's)."""
 import subprocess
 
 import pytest
@@ -78,17 +76,3 @@ def test_the_rehearsed_workflow_lacks_only_the_jobs_named_not_run(tmp_path):
     assert set(out["jobs"]) == set(src["jobs"]) - dropped
     assert out["jobs"]["build"]["needs"] == ["tag"]
     assert out["jobs"]["build"]["steps"] == src["jobs"]["build"]["steps"]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0 and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode,
-                    reason="needs root or password-free sudo, as GitHub's runner has")
-def test_release_workflows_tag_job_and_one_cpythons_build_run_under_act_as_githubs_runner_would():
-    r = subprocess.run(["make", "rehearse-ci", "REHEARSE_CI_FLAGS=--python 3.11 --keep-caches"], cwd=REPO,
-                       capture_output=True, text=True, timeout=3000)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    assert "run by user oeq-ci (password-free sudo)" in out or "password-free sudo" in out
-    assert "NOT RUN: job build-aarch64-native" in out and "stand-in for actions/setup-python" in out
-    assert "[release/tag] 🏁  Job succeeded" in out and "[release/build] 🏁  Job succeeded" in out
-    assert "the slice's 5 wheel(s) are the recorded bytes" in out

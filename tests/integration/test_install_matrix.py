@@ -11,7 +11,6 @@ from oeq_wheels.release import installmatrix
 
 from oeq_wheels import pins as P
 
-pytestmark = pytest.mark.slow
 CU12 = P.load().oeq_line("cu128").version("0.7.0")
 
 

@@ -13,7 +13,6 @@ from oeq_wheels import build, pins as P
 from oeq_wheels.release import hosts, installmatrix, publish, site
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
 from conftest import UPLOAD_PASSWORD as PASSWORD
 
 

@@ -2,13 +2,11 @@
 socket) and podman, with the build image of the pinned toolchain (oeq_wheels/buildimage.py, which the runner makes
 and imports), so that its wheels equal the host runner's: the released bytes."""
 import hashlib
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +18,8 @@ from conftest import REPO, unavailable
 from oeq_wheels import debian, members
 from oeq_wheels.ext.verify import verify_wheel
 from oeq_wheels.output import extra_dir
+
+pytestmark = pytest.mark.engines  # tools/ci/test.sh brings its engines up for these files
 
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
 REAL = os.environ.get("OEQ_WHEELS_TEST_ENGINE")  # docker: the engine `docker` reaches; private: test.sh's own
@@ -105,7 +105,7 @@ def eng(request, cache):
 
 
 # The container builds x86_64 only, for time: the aarch64 cross build's bytes are proven by the host runner's
-# (tests/test_aarch64.py) and both runners use the same pinned packages (docs/validation.md: all of them in each engine).
+# (tests/integration/test_aarch64.py) and both runners use the same pinned packages (docs/validation.md: all of them in each engine).
 X86 = ("--arch", "x86_64")
 
 
@@ -122,7 +122,6 @@ def git_status():
     return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True).stdout
 
 
-@pytest.mark.slow
 def test_container_build_equals_the_host_build_and_reuses_its_volume(eng, cp311_wheel, tmp_path, capsys):
     before = git_status()
     first, t1 = build(eng, tmp_path / "a", "--runner", "docker", "--python", "3.11")
@@ -147,7 +146,6 @@ def test_container_build_equals_the_host_build_and_reuses_its_volume(eng, cp311_
               f"second {t2:.1f} s (volume reused)")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_the_container_and_writes_nothing(eng, tmp_path, sig):
     out = tmp_path / "out"
@@ -168,7 +166,6 @@ def test_interrupt_stops_the_container_and_writes_nothing(eng, tmp_path, sig):
     assert not eng.ours(), eng.ours()  # no container of ours left, running or stopped
 
 
-@pytest.mark.slow
 def test_no_clobber_and_options_in_any_order(eng, cp311_wheel, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -182,7 +179,6 @@ def test_no_clobber_and_options_in_any_order(eng, cp311_wheel, tmp_path):
     assert squatter.read_bytes() != b"not the same wheel" and verify_wheel(squatter).ok
 
 
-@pytest.mark.slow
 def test_failing_compile_in_container_leaves_no_wheel(eng, tmp_path):
     out = tmp_path / "out"
     r, _ = build(eng, out, "--runner", "docker", "--toolchain", "host", "--python", "3.11",
@@ -196,7 +192,6 @@ def last_line(r):
     return r.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.slow
 def test_an_image_that_cannot_be_pulled_is_one_line_and_auto_falls_back(eng, tmp_path):
     missing = "quay.io/pypa/oeq-wheels-test-no-such-image:1"
     r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11", env=eng.env(OEQ_WHEELS_IMAGE=missing))
@@ -211,7 +206,6 @@ def test_an_image_that_cannot_be_pulled_is_one_line_and_auto_falls_back(eng, tmp
     assert r.returncode == 2 and "cannot create output directory" in r.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("volume", ["v", "-bad"])
 def test_a_volume_name_the_engine_rejects_is_one_line(eng, tmp_path, volume):
     r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11",
@@ -221,7 +215,6 @@ def test_a_volume_name_the_engine_rejects_is_one_line(eng, tmp_path, volume):
     assert not (tmp_path / "out").exists() and not eng.ours()
 
 
-@pytest.mark.slow
 def test_a_full_work_volume_is_one_line(eng, tmp_path):
     full = f"oeqt-full-{os.getpid()}"
     # A 48 MiB tmpfs volume (nr_blocks: podman 4.3 takes size= for a quota); the tool venv alone needs more.
@@ -238,7 +231,6 @@ def test_a_full_work_volume_is_one_line(eng, tmp_path):
         subprocess.run([eng.client, "volume", "rm", "-f", full], capture_output=True)
 
 
-@pytest.mark.slow
 def test_a_daemon_that_dies_mid_build_is_one_line(cache, tmp_path):
     """A second private dockerd of this test's own, stopped while the container runs."""
     require_engine("docker")
@@ -285,80 +277,3 @@ def test_a_daemon_that_dies_mid_build_is_one_line(cache, tmp_path):
                          if l.split()[1].startswith(str(run))), reverse=True):
             subprocess.run([*sudo, "umount", "-l", m], capture_output=True)  # dockerd's netns mount outlives it
         subprocess.run([*sudo, "rm", "-rf", str(run)], capture_output=True)
-
-
-def test_runner_docker_without_engine_is_a_clear_error(tmp_path):
-    env = dict(os.environ, DOCKER="/bin/false")
-    r = subprocess.run([BUILD, "--runner", "docker", str(tmp_path / "out")], env=env, capture_output=True, text=True)
-    assert r.returncode == 2 and "no working container engine" in r.stderr
-
-
-def test_auto_falls_back_to_the_host_with_a_notice(tmp_path):
-    env = dict(os.environ, DOCKER="/bin/false")
-    (tmp_path / "file").write_text("")
-    r = subprocess.run([BUILD, str(tmp_path / "file" / "out"), "--python", "3.11"], env=env, capture_output=True,
-                       text=True)
-    assert "building on this host" in r.stderr
-    assert r.returncode == 2 and "cannot create output directory" in r.stderr  # then the host build's own check ran
-
-
-@pytest.mark.parametrize("option, says", [(("--python", "3.99"), "Python 3.99 is not in matrix"),
-                                          (("--arch", "riscv64"), "--arch riscv64: pins.toml builds for x86_64, aarch64")])
-def test_bad_python_or_arch_is_refused_before_choosing_a_runner(tmp_path, option, says):
-    env = dict(os.environ, DOCKER="/bin/false")
-    r = subprocess.run([BUILD, "--runner", "docker", *option, str(tmp_path / "out")], env=env,
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and says in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
-    assert len(r.stderr.strip().splitlines()) == 1
-
-
-def test_pull_errors_say_their_cause_in_a_few_words():
-    from oeq_wheels.runner import pull_cause
-    docker = ('Error response from daemon: Get "https://quay.io/v2/": dial tcp: lookup quay.io on 127.0.0.11:53: '
-              'no such host')
-    assert pull_cause(docker) == "quay.io: no such host"
-    assert pull_cause("Error: initializing source docker://x:1: reading manifest 1 in x: manifest unknown") == \
-        "manifest unknown"
-
-
-@pytest.mark.parametrize("order", ["outdir-first", "outdir-last"])
-def test_runner_receives_outdir_and_options_in_any_order(tmp_path, order):
-    """The CLI parses once; the container runner gets OUTDIR first and canonical options (a fake runner records them)."""
-    out = tmp_path / "out"
-    opts = ["--python", "3.12,3.11", "--force", "--runner", "docker", "--jobs", "3"]
-    argv = [str(out), *opts] if order == "outdir-first" else [*opts, str(out)]
-    probe = (f"import sys, json; from oeq_wheels import cli, runner; runner._engine_answers = lambda: True; "
-             f"runner.ensure_image = lambda *a: 'image'; "
-             f"runner.exec_container = lambda a, n: print(json.dumps(a)) or sys.exit(0); "
-             f"sys.exit(cli.main({['build', *argv]!r}))")
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
-                       env=dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'runtime'}"))
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [str(out), "--python", "3.12,3.11", "--force", "--jobs", "3"]
-
-
-def test_the_runner_builds_in_the_pinned_toolchains_image_unless_one_is_named(monkeypatch, capsys):
-    """No OEQ_WHEELS_IMAGE: the build image of the pinned packages (made, not pulled); one that cannot be made is one
-    line for --runner docker and a notice and this host for auto (bubblewrap runs the same packages here)."""
-    from oeq_wheels import buildimage, runner
-    from oeq_wheels.errors import UsageError
-    monkeypatch.delenv("OEQ_WHEELS_IMAGE", raising=False)
-    monkeypatch.setattr(runner, "_engine_answers", lambda: True)
-    made = []
-    monkeypatch.setattr(buildimage, "ensure", lambda client, pins, cache, env=None: made.append(client) or "b:1")
-    assert runner.choose("docker") == "b:1" and runner.choose("auto") == "b:1" and made == ["docker", "docker"]
-    assert runner.choose("host") is None
-
-    def cannot(*a, **k):
-        raise buildimage.BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
-    monkeypatch.setattr(buildimage, "ensure", cannot)
-    with pytest.raises(UsageError) as exc:
-        runner.choose("docker")
-    assert str(exc.value) == ("the build image cannot be made for docker: making the build image needs root or "
-                              "password-free sudo (debootstrap, dpkg); build with --runner host (the same toolchain, "
-                              "through bubblewrap)")
-    assert runner.choose("auto") is None and "building on this host instead (--runner host)" in capsys.readouterr().err
-    monkeypatch.setenv("OEQ_WHEELS_IMAGE", "quay.io/pypa/manylinux_2_28_x86_64:x")  # named: pulled, never made
-    monkeypatch.setattr(runner, "ensure_image", lambda name=None: name or runner.image())
-    assert runner.choose("docker") == "quay.io/pypa/manylinux_2_28_x86_64:x"

@@ -1,3 +1,5 @@
+"""The pinned inputs fetcher against the registry: a hash mismatch is refused, a cached file is verified offline and
+a damaged one fetched again, a pip constraint cannot refuse a pin, and --only names pinned projects only."""
 import dataclasses
 
 import pytest

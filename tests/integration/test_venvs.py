@@ -1,11 +1,8 @@
 """The cached venvs are never changed by a test: each test installs into its own overlay (venvs.overlay)."""
 import subprocess
 
-import pytest
 
 from oeq_wheels import fetch, pins as P, venvs
-
-pytestmark = pytest.mark.slow
 
 
 def test_removing_and_reinstalling_in_an_overlay_leaves_the_cached_venv_as_it_was(fastmace_base, cache, tmp_path):

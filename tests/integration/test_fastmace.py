@@ -17,7 +17,6 @@ import os
 import subprocess
 import zipfile
 
-import pytest
 
 from oeq_wheels import fetch, pins as P
 from oeq_wheels.ext import consumer
@@ -25,7 +24,6 @@ from oeq_wheels.output import extra_dir
 from oeq_wheels.release import cleaninstall, hosts, site
 from oeq_wheels.venvs import pip_env
 
-pytestmark = pytest.mark.slow
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them
 

@@ -3,11 +3,8 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from conftest import REPO
-
-pytestmark = pytest.mark.slow
 
 
 def checkout_copy(dest):

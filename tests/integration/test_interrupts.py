@@ -16,8 +16,6 @@ from builds import cli, finish, hidden, wait_for, wheels_in
 from oeq_wheels import fetch, pins as P
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
-
 
 def interrupted_truthfully(rc: int, err: str, out: Path, signame: str, left: set[str] | None = None) -> None:
     """The run said it was interrupted and named exactly the wheels it left (`left`: as seen right after it, where

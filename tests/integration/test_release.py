@@ -15,8 +15,6 @@ from oeq_wheels import pins as P
 from oeq_wheels.release import publish
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.slow
-
 
 def only_cp311(pins):
     """The release pins narrowed to CPython 3.11 (the matrix and every OEq line), for a set the tests can build

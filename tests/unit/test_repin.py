@@ -1,5 +1,5 @@
-"""`oeq-wheels pins`: re-pinning from a registry (a loopback one with made-up releases, and PyPI itself), and
---check; every refusal is one line with pins.toml untouched."""
+"""`oeq-wheels pins`: re-pinning from a loopback registry with made-up releases, and --check; every refusal is
+one line with pins.toml untouched (PyPI itself is tests/integration/test_repin_pypi.py's)."""
 import hashlib
 import os
 import re
@@ -98,7 +98,7 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
 
 
 def test_readmes_derived_install_lines_follow_the_pins_and_nothing_else_of_it_changes(pins_copy):
-    """After `--torch`, README's install lines are those of the new pins (tests/test_site.py holds README to them)
+    """After `--torch`, README's install lines are those of the new pins (tests/integration/test_site.py holds README to them)
     and its prose is as it was; a re-pin that fails leaves README as it was too."""
     readme = pins_copy.parent / "README.md"
     before = (P.PINS_FILE.parent.parent / "README.md").read_text()
@@ -214,53 +214,3 @@ def test_check_finds_each_pin_and_names_a_replaced_or_yanked_one(pins_copy):
                                      f"pins: {name}: the registry's sha256 is {'0' * 64}, pinned {_sha} (the file "
                                      "was replaced)"]
     assert pins_copy.read_text() == P.PINS_FILE.read_text()
-
-
-def test_todays_pins_are_all_on_pypi_and_the_newest_torch_repins_from_it(pins_copy):
-    r = run_cli("pins", "--check")
-    assert r.returncode == 0 and "pinned files are on https://pypi.org/simple/" in r.stdout, r.stderr
-    # A real re-pin: PyPI's JSON API and range reads on its file host, into a copy.
-    newest = P.load().oeq_binary.tested_torch[-1]
-    r = run_cli("pins", "--pins", str(pins_copy), "--torch", newest)
-    if r.returncode != 0:  # a torch without a wheel for a pinned CPython: one line names the ones it has
-        have = re.search(r"\(it has: ([^)]+)\)", r.stderr)
-        assert have, r.stderr
-        pys = [f"3.{c[3:]}" for c in have.group(1).split(", ") if f"3.{c[3:]}" in P.load().matrix.pythons]
-        r = run_cli("pins", "--pins", str(pins_copy), "--torch", newest, "--python", ",".join(pys))
-    assert r.returncode == 0, r.stderr
-    new = P.load(path=pins_copy)
-    assert new.matrix.torch_version == newest and new.matrix.torch_local.startswith("cu")
-    assert new.matrix.consumer_torch == f"{newest}+{new.matrix.torch_local}"
-    assert all(n.version for n in new.matrix.nvidia)
-
-
-def test_records_pins_the_sha256_of_each_new_wheels_record_from_one_full_download(pins_copy):
-    """`pins --records` on a copy whose (small) crt wheel lost its RECORD pin: downloaded whole from PyPI through
-    pip's hash checking, its RECORD's sha256 is the one pinned today; nothing else changes."""
-    data = tomllib.loads(pins_copy.read_text())
-    ref = next(r for r in data["nvidia"] if r.startswith("nvidia-cuda-crt=="))
-    pinned = data["nvidia"][ref]["record"]
-    text = pins_copy.read_text()
-    start = text.index(f'[nvidia."{ref}"]')
-    at = text.index(f'record = "{pinned}"\n', start)
-    pins_copy.write_text(text[:at] + text[at + len(f'record = "{pinned}"\n'):])
-    assert P.load(path=pins_copy) != P.load()
-    r = run_cli("pins", "--pins", str(pins_copy), "--records")
-    assert r.returncode == 0, r.stderr
-    assert pins_copy.read_text() == P.PINS_FILE.read_text()
-
-
-def test_records_pins_the_stub_digests_of_a_wheels_libraries_from_one_full_download(pins_copy):
-    """`pins --records` on a copy that lost the [stubs] table of the (small) CUDA runtime wheel: downloaded whole
-    from PyPI, its libcudart's view digest and table places are the ones pinned today."""
-    release = P.load()
-    (cudart,) = [n for n in release.matrix.nvidia if n.name == "nvidia-cuda-runtime"]
-    assert cudart.stubs and cudart.stubs[0].tables  # NVIDIA's tables lie at the start: pinned with their places
-    text = pins_copy.read_text()
-    start = text.index(f'[stubs."{cudart.file}"]')
-    end = text.index("\n\n", start) + 2
-    pins_copy.write_text(text[:start] + text[end:])
-    assert not next(n for n in P.load(path=pins_copy).matrix.nvidia if n.name == cudart.name).stubs
-    r = run_cli("pins", "--pins", str(pins_copy), "--records")
-    assert r.returncode == 0, r.stderr
-    assert tomllib.loads(pins_copy.read_text()) == tomllib.loads(P.PINS_FILE.read_text())

@@ -1,0 +1,77 @@
+"""Caches that check themselves, on a real download (pybind11's wheel from the pinned inputs): a damaged download or
+unpacked tree is never used, an unchanged one is not read again (objects and blobs: tests/unit/test_cache_integrity.py)."""
+import os
+from pathlib import Path
+
+import pytest
+
+from oeq_wheels import fetch, inputs, pins as P
+from oeq_wheels.files import sha256_file
+
+
+def flip_byte_keep_mtime(path: Path, offset: int = 100) -> None:
+    """What a disk error or a careless edit does: one byte changed, the mtime put back."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+@pytest.fixture
+def pybind11_download(tmp_path, cache):
+    pin = P.load().pybind11
+    real = fetch.ensure([pin], cache)[pin.file]
+    local = tmp_path / "cache" / "downloads"
+    local.mkdir(parents=True)
+    (local / pin.file).write_bytes(real.read_bytes())
+    return pin, tmp_path / "cache"
+
+
+def test_download_with_a_flipped_byte_and_restored_mtime_is_fetched_again(pybind11_download, monkeypatch):
+    pin, cache = pybind11_download
+    path = cache / "downloads" / pin.file
+    fetch.ensure([pin], cache)  # hashed in full once, then stamped
+    assert fetch._is_verified(path, pin.sha256)
+    flip_byte_keep_mtime(path)
+    assert not fetch._is_verified(path, pin.sha256)  # the ctime moved, so the stamp no longer vouches for it
+    log = []
+    fetch.ensure([pin], cache, log.append)
+    assert any("does not match its pinned sha256" in l for l in log), log
+    assert sha256_file(path) == pin.sha256  # downloaded again, never used damaged
+
+
+def test_tree_with_a_flipped_byte_is_unpacked_again(pybind11_download, capsys):
+    pin, cache = pybind11_download
+    wheel = cache / "downloads" / pin.file
+    include = inputs.pybind11_include(wheel, pin, cache)
+    header = include / "pybind11" / "pybind11.h"
+    good = header.read_bytes()
+    flip_byte_keep_mtime(header)
+    inputs._checked.clear()  # as a new run would start
+    assert "differs from what was unpacked" in inputs.tree_problem(include.parent.parent)
+    again = inputs.pybind11_include(wheel, pin, cache)
+    assert again == include and header.read_bytes() == good
+    assert "unpacking it again" in capsys.readouterr().err
+    assert inputs.tree_problem(include.parent.parent) is None
+
+
+def test_tree_with_an_added_file_or_no_record_is_unpacked_again(pybind11_download):
+    pin, cache = pybind11_download
+    wheel = cache / "downloads" / pin.file
+    root = inputs.pybind11_include(wheel, pin, cache).parent.parent
+    (root / "pybind11" / "include" / "pybind11" / "shadow.h").write_text("#error shadowed\n")
+    assert "missing or added" in inputs.tree_problem(root)
+    inputs._checked.clear()
+    inputs.pybind11_include(wheel, pin, cache)
+    assert not (root / "pybind11" / "include" / "pybind11" / "shadow.h").exists()
+    (root / inputs.TREE_RECORD).unlink()  # a tree from an older oeq-wheels: no record to check against
+    assert "no content record" in inputs.tree_problem(root)
+
+
+def test_unchanged_tree_is_not_read_again(pybind11_download, monkeypatch):
+    pin, cache = pybind11_download
+    root = inputs.pybind11_include(cache / "downloads" / pin.file, pin, cache).parent.parent
+    monkeypatch.setattr(inputs, "_crc32", lambda p: pytest.fail(f"re-read unchanged {p}"))
+    assert inputs.tree_problem(root) is None

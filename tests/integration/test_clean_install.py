@@ -1,0 +1,28 @@
+"""The clean-install check (tools/release/clean_install.sh) with a built wheel: FastMACE's own install steps in a
+fresh venv, every compiler a sentinel, and FastMACE uses the prebuilt."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+from conftest import REPO
+from oeq_wheels import pins as P
+
+
+def test_clean_install_passes_with_compilers_removed(cp311_wheel):
+    started = time.time()
+    r = subprocess.run([str(REPO / "tools/release/clean_install.sh"), str(cp311_wheel.parent), "3.11"],
+                       capture_output=True, text=True, timeout=1200)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    cu = P.load().for_variant(P.load().oeq_binary.name)
+    assert f"fastmace doctor: host extension: prebuilt (fastmace-oeq-ext {cu.version}, " in out
+    assert "FastMACE: prebuilt usable=True" in out and "ops ['jit_conv_forward'" in out
+    assert "PASS: FastMACE uses the prebuilt host extension; no compiler or build tool was called" in out
+    # uv stores a wheel once per index URL: the NVIDIA wheels torch brings must land under PyPI's own entry (which
+    # the test venvs share), never under a second spelling of PyPI or under the torch stand-in's address.
+    uv_cache = Path(subprocess.run([sys.executable, "-m", "uv", "cache", "dir"], capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    twice = [p for p in uv_cache.glob("wheels-v*/index/*/nvidia-*") if p.stat().st_mtime >= started]
+    assert not twice, f"NVIDIA wheels stored under another index than PyPI's: {twice[:3]}"
