@@ -12,11 +12,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CLAIMS_FILE = REPO / "tests" / "claims.toml"
 # The documents whose proof sentences must each have an entry.
-DOCUMENTS = ("README.md", "docs/validation.md", "docs/pipeline.md")
-WORDS = re.compile(r"\b(tested|proven|proves)\b", re.I)
+# Every document but CHANGELOG.md (what was done, not what holds): README and CONTRIBUTING, and docs/.
+DOCUMENTS = tuple(sorted(p.relative_to(REPO).as_posix() for p in [*REPO.glob("*.md"), *REPO.glob("docs/*.md")]
+                         if p.name != "CHANGELOG.md"))
+WORDS = re.compile(r"\b(tested|proven|proves)\b|\(`?make test`?\)", re.I)
 NEGATED = re.compile(r"(?:\bnot|\*\*not\*\*)\s+(?:tested|proven)\b", re.I)
 MENTIONED = re.compile(r'"(?:tested|proven|proves)"', re.I)  # the word quoted is a mention, not a claim
 PROVEN_BY_HEADER = "| | supported | proven by |"
+
+
+@dataclass
+class Row:
+    """One case a claim covers (a torch, a CPython, an engine): the tests that prove it here, or where else it is
+    proven. A row without tests of its own is ELSEWHERE, whatever checks the claim's text."""
+    name: str
+    tests: list[str] = field(default_factory=list)  # node ids: tests/<tier>/test_x.py::test_name, optionally [param]
+    elsewhere: str = ""
 
 
 @dataclass
@@ -24,20 +35,29 @@ class Claim:
     id: str
     claim: str
     at: list[tuple[str, str]]  # (document, a piece of its text on the claim's line)
-    tests: list[str]  # node ids without parameters: tests/test_x.py::test_name
+    tests: list[str]  # a claim without rows: node ids of its one row
     elsewhere: str = ""  # where else it is proven (the release job, the GPU runbook)
+    rows: list[Row] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)  # tests of the claim's text (a workflow's YAML): not evidence
+
+    def evidence(self) -> list[Row]:
+        """The claim's rows; a claim written without rows is one row of its tests (and its elsewhere, if it has
+        no tests)."""
+        return self.rows or [Row("", list(self.tests), "" if self.tests else self.elsewhere)]
 
 
 @dataclass
 class Outcome:
-    state: str  # PASS, FAIL, SKIPPED, NOT RUN, ELSEWHERE
+    state: str  # PASS, PARTIAL, FAIL, SKIPPED, NOT RUN, ELSEWHERE
     detail: str = ""
     skipped: list[str] = field(default_factory=list)
 
 
 def load(path: Path = CLAIMS_FILE) -> list[Claim]:
     data = tomllib.loads(path.read_text())
-    return [Claim(c["id"], c["claim"], [tuple(a) for a in c["at"]], list(c.get("tests", [])), c.get("elsewhere", ""))
+    return [Claim(c["id"], c["claim"], [tuple(a) for a in c["at"]], list(c.get("tests", [])), c.get("elsewhere", ""),
+                  [Row(r["name"], list(r.get("tests", [])), r.get("elsewhere", "")) for r in c.get("row", [])],
+                  list(c.get("checks", [])))
             for c in data["claim"]]
 
 
@@ -81,39 +101,92 @@ def test_functions(path: Path) -> set[str]:
 
 
 def missing_tests(claims: list[Claim], repo: Path = REPO) -> list[str]:
-    """Test ids named by an entry that do not exist: 'claim: id'."""
+    """Test ids named by an entry (its rows' and its checks') that do not exist, and rows proven nowhere:
+    'claim: id'."""
     out, seen = [], {}
     for c in claims:
-        if not c.tests and not c.elsewhere:
-            out.append(f"{c.id}: names no test and nowhere else")
-        for t in c.tests:
+        for row in c.evidence():
+            if not row.tests and not row.elsewhere:
+                out.append(f"{c.id}: {'row ' + repr(row.name) + ' ' if row.name else ''}names no test and nowhere else")
+        if c.rows and c.tests:
+            out.append(f"{c.id}: has rows and tests of its own; name them in its rows")
+        for t in [t for row in c.evidence() for t in row.tests] + c.checks:
             file, _, name = t.partition("::")
             path = repo / file
             if path not in seen:
                 seen[path] = test_functions(path) if path.is_file() else set()
-            if name not in seen[path]:
+            if name.split("[", 1)[0] not in seen[path]:
                 out.append(f"{c.id}: {t}")
     return out
+
+
+def collected(repo: Path = REPO) -> set[str]:
+    """Every node id the suite collects (pytest --collect-only, in a process of its own)."""
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only",
+                        "-q"], capture_output=True, text=True, cwd=repo,
+                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    return {line.strip() for line in r.stdout.splitlines() if "::" in line}
+
+
+def missing_parameters(claims: list[Claim], repo: Path = REPO) -> list[str]:
+    """Ids with a [parameter] that the suite does not collect (the parameter was renamed or left the pins): 'claim: id'."""
+    wanted = [(c.id, t) for c in claims for row in c.evidence() for t in row.tests if t.endswith("]")]
+    have = collected(repo) if wanted else set()
+    return [f"{cid}: {t}" for cid, t in wanted if t not in have]
 
 
 def _matches(test_id: str, nodeid: str) -> bool:
     return nodeid == test_id or nodeid.startswith(test_id + "[")
 
 
-def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
-    """results: nodeid -> (passed|failed|skipped, skip reason)."""
-    if not claim.tests:
-        return Outcome("ELSEWHERE", claim.elsewhere)
-    ran = {n: r for n, r in results.items() if any(_matches(t, n) for t in claim.tests)}
+def _judge_row(row: Row, results: dict[str, tuple[str, str]]) -> Outcome:
+    if not row.tests:
+        return Outcome("ELSEWHERE", row.elsewhere)
+    ran = {n: r for n, r in results.items() if any(_matches(t, n) for t in row.tests)}
     if not ran:
         return Outcome("NOT RUN", "none of its tests was selected")
     failed = sorted(n for n, (s, _) in ran.items() if s == "failed")
     skipped = sorted(f"{n}: {why}" for n, (s, why) in ran.items() if s == "skipped")
     if failed:
         return Outcome("FAIL", ", ".join(failed), skipped)
-    if skipped:  # the claim as written is not proven by this run (a full run here skips nothing)
+    if skipped:  # the row as written is not proven by this run (a full run here skips nothing)
         return Outcome("SKIPPED", f"{len(skipped)} of {len(ran)} skipped; {skipped[0]}", skipped)
+    absent = [t for t in row.tests if not any(_matches(t, n) for n in ran)]
+    if absent:  # a narrowed run (-k, a tier, a file): what it left out is not proven by it
+        return Outcome("PARTIAL", f"{len(ran)} test(s); {len(absent)} of its {len(row.tests)} not run: {absent[0]}")
     return Outcome("PASS", f"{len(ran)} test(s)")
+
+
+def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
+    """results: nodeid -> (passed|failed|skipped, skip reason). A claim PASSes when every row with tests here
+    passed; its detail counts the rows proven here and names those proven elsewhere or not run (a narrowed run)."""
+    rows = claim.evidence()
+    judged = [(r, _judge_row(r, results)) for r in rows]
+    if not claim.rows:  # one row: its own outcome
+        return judged[0][1]
+    here = [(r, o) for r, o in judged if o.state != "ELSEWHERE"]
+    named = lambda state: [r.name for r, o in judged if o.state == state]
+    failed = [o.detail for _, o in judged if o.state == "FAIL"]
+    if failed:
+        return Outcome("FAIL", f"rows {', '.join(named('FAIL'))}: {'; '.join(failed)}")
+    skipped = [s for _, o in judged for s in o.skipped]
+    if skipped:
+        return Outcome("SKIPPED", f"rows {', '.join(named('SKIPPED'))}: {skipped[0]}", skipped)
+    passed, elsewhere = named("PASS"), named("ELSEWHERE")
+    not_run = named("NOT RUN") + named("PARTIAL")
+    if not here:
+        return Outcome("ELSEWHERE", "; ".join(f"{r.name}: {r.elsewhere}" for r in rows))
+    if not passed:
+        return Outcome("NOT RUN", "none of its tests was selected")
+    detail = f"{len(passed)}/{len(rows)} rows here"
+    if not_run:
+        detail += f"; {len(not_run)} not run: {', '.join(not_run)}"
+    if elsewhere:
+        detail += f"; {len(elsewhere)} elsewhere: {', '.join(elsewhere)}"
+    return Outcome("PARTIAL" if not_run else "PASS", detail)
 
 
 def table(claims: list[Claim], results: dict[str, tuple[str, str]]) -> tuple[list[str], dict[str, Outcome]]:

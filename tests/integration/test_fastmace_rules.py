@@ -103,6 +103,26 @@ def cu130_oeq(built) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cu128_oeq(built) -> Path:
+    """Our cu128 binary OEq for CPython 3.11 (x86_64): the CUDA 12 line."""
+    version = P.load().oeq_line("cu128").version(P.load().oeq.version)
+    (whl,) = extra_dir(built).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
+    return whl
+
+
+# OEq alone, as `import openequivariance` loads it: its precompiled extension or why not.
+OEQ_LOAD = r"""
+import json, torch, openequivariance
+from openequivariance._torch import extlib
+print("OEQ " + json.dumps({"torch": torch.__version__, "precompiled": extlib.USE_PRECOMPILED_EXTENSION,
+    "built": extlib.BUILT_EXTENSION, "error": str(extlib.BUILT_EXTENSION_ERROR or "") or None,
+    "module": getattr(extlib.extension_module, "__file__", None),
+    "ops": sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
+                  if hasattr(torch.ops.libtorch_tp_jit, n))}))
+"""
+
+
+@pytest.fixture(scope="session")
 def cu130_ext(built) -> Path:
     """The fastmace-oeq-ext build served beside it on the cu130 index (its manifest names our binary OEq)."""
     (whl,) = extra_dir(built).glob("fastmace_oeq_ext-*+*-cp311-cp311-*_x86_64.whl")
@@ -333,9 +353,11 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
     assert today["sentinel_log"] == "" and ours["sentinel_log"] == ""
 
 
-def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sentinels, tmp_path):
-    """PyPI's torch 2.10.0 (CUDA 12.8, and older than the cu130 line's floor) beside our cu13.1 OEq: the rules
-    refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today."""
+def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, sentinels,
+                                                                                  tmp_path):
+    """PyPI's torch 2.10.0 (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
+    refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
+    same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
     pins = P.load()
     line, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
     torch = cu12.tested_torch[0]
@@ -357,3 +379,19 @@ def test_cuda12_torch_with_our_cuda13_oeq_is_refused_naming_both(cu130_oeq, sent
     fallback = ask(venv, sentinels, stub_dir, tmp_path, rules=True, FASTMACE_OEQ_PREBUILT=None)
     assert fallback["refused"].startswith("no CUDA 13 runtime wheel (nvidia/cu13 with include/cuda.h)"), fallback
     assert today["sentinel_log"] == "" and ours["sentinel_log"] == "" and fallback["sentinel_log"] == ""
+    # The CUDA 12 line where it belongs: OEq alone, its own precompiled extension, the driver a stub.
+    reinstall(venv, cu128_oeq)
+    libs = sorted(extlib.glob("*.so"))
+    assert libs and all(".abi3." not in l.name for l in libs)  # the cp311 build of the cu128 line
+    stub12 = driver_stub(libs, tmp_path / "stub12")
+    env = environment(venv, sentinels, stub12, tmp_path, rules=False)
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", OEQ_LOAD], capture_output=True,
+                       text=True, env=env, cwd=str(tmp_path))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("OEQ ")]
+    assert lines, f"exit {r.returncode}\n{r.stderr[-3000:]}"
+    loaded = json.loads(lines[-1][4:])
+    assert loaded["torch"] == f"{torch}+cu{cu12.cuda.replace('.', '')}", loaded
+    assert loaded["precompiled"] is True and loaded["built"] is True and loaded["error"] is None, loaded
+    assert Path(loaded["module"]).parent == extlib and loaded["ops"] == OPS, loaded
+    log = sentinels[1]
+    assert not log.exists() or log.read_text() == ""

@@ -35,4 +35,37 @@ def test_the_table_judges_each_claim_by_its_tests():
                                "tests/t.py::test_b": ("passed", "")})  # one skip: the claim is not proven
     assert (skipped.state, skipped.detail) == ("SKIPPED", "1 of 2 skipped; tests/t.py::test_a: no dockerd: apt-get failed")
     assert judge({"tests/t.py::test_ab": ("passed", "")}) == "NOT RUN"  # a prefix of a name is not the test
+    part = claims.judge(c, {"tests/t.py::test_a": ("passed", "")})  # a narrowed run: test_b was not selected
+    assert (part.state, part.detail) == ("PARTIAL", "1 test(s); 1 of its 2 not run: tests/t.py::test_b")
     assert claims.judge(claims.Claim("g", "g", [], [], "the H200"), {}).state == "ELSEWHERE"
+
+
+def test_a_claim_with_rows_says_which_rows_ran_here_and_which_are_proven_elsewhere():
+    rows = [claims.Row("2.11.0", ["tests/t.py::test_load[2.11.0]"]), claims.Row("2.12.1", ["tests/t.py::test_load[2.12.1]"]),
+            claims.Row("pip and uv", [], "make install-matrix")]
+    c = claims.Claim("torch", "t", [], [], rows=rows, checks=["tests/t.py::test_yaml"])
+    both = {"tests/t.py::test_load[2.11.0]": ("passed", ""), "tests/t.py::test_load[2.12.1]": ("passed", ""),
+            "tests/t.py::test_yaml": ("passed", "")}
+    assert (claims.judge(c, both).state, claims.judge(c, both).detail) == \
+        ("PASS", "2/3 rows here; 1 elsewhere: pip and uv")
+    narrowed = {k: v for k, v in both.items() if "2.12.1" not in k}  # OEQ_RULES_TORCHES=2.11.0, say
+    assert (claims.judge(c, narrowed).state, claims.judge(c, narrowed).detail) == \
+        ("PARTIAL", "1/3 rows here; 1 not run: 2.12.1; 1 elsewhere: pip and uv")
+    assert claims.judge(c, {**both, "tests/t.py::test_load[2.12.1]": ("failed", "")}).state == "FAIL"
+    # a text check proves no row: with only it run, nothing here is proven
+    assert claims.judge(c, {"tests/t.py::test_yaml": ("passed", "")}).state == "NOT RUN"
+    only_text = claims.Claim("arm", "a", [], [], "the arm runner", checks=["tests/t.py::test_yaml"])
+    assert claims.judge(only_text, {"tests/t.py::test_yaml": ("passed", "")}).state == "ELSEWHERE"
+
+
+def test_removing_a_rows_test_or_its_parameter_is_caught():
+    entries = claims.load()
+    torch = next(c for c in entries if c.id == "torch-row")
+    assert len(torch.rows) > 3 and all(r.tests or r.elsewhere for r in torch.rows)
+    bare = claims.Claim(torch.id, torch.claim, torch.at, [], rows=[claims.Row("2.12.1", [])], checks=torch.checks)
+    assert claims.missing_tests([bare]) == ["torch-row: row '2.12.1' names no test and nowhere else"]
+    gone_param = claims.Claim("p", "p", [], [], rows=[claims.Row(
+        "9.9.9", ["tests/integration/test_fastmace_rules.py::test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension[9.9.9]"])])
+    assert claims.missing_parameters([gone_param]) == [
+        "p: tests/integration/test_fastmace_rules.py::test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension[9.9.9]"]
+    assert claims.missing_parameters(entries) == []  # every [param] a row names is one the suite collects
