@@ -96,8 +96,12 @@ def resumed_build(tmp_path_factory, cache):
     out, tmp = root / "dist", root / "tmp"
     p = cli(["build", out, "--python", "3.11", "--runner", "host"], c, tmp)
     seen = wait_for(p, r"\[cp311\] compile +started")
-    time.sleep(2)
+    # Stopped once a compiler is at work (waited for, not timed: a loaded machine starts it later).
+    deadline = time.monotonic() + 300
     running = processes_of(tmp, but=p.pid)
+    while not any("cc1plus" in c for c in running) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+        running = processes_of(tmp, but=p.pid)
     p.send_signal(signal.SIGTERM)
     rc, err = finish(p, seen)
     facts = dict(running=running, rc=rc, err=err, left=processes_of(tmp), wheels=wheels_in(out),

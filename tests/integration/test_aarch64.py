@@ -8,6 +8,7 @@ code, with the proposed rules, takes that extension there (the rules' aarch64 ro
 uv cache of this module's (aarch64_uv_cache).
 """
 import dataclasses
+import importlib.metadata as md
 import os
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ AOTI = EXTLIB + "liboeq_stable_cuda_aoti.so"
 def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(cp311_oeq_aarch64_wheel,
                                                                                  cp311_oeq_wheel):
     arm, x86 = P.load().oeq_line("cu130", "aarch64"), P.load().oeq_line("cu130")
-    version = arm.version("0.7.0")
+    version = arm.version(P.load().oeq.version)
     assert cp311_oeq_aarch64_wheel.name == f"openequivariance-{version}-cp311-cp311-manylinux_2_28_aarch64.whl"
     with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as a, zipfile.ZipFile(cp311_oeq_wheel) as x:
         # The same sdist tree; only the two libraries (and the build record) differ from the x86_64 wheel.
@@ -56,7 +57,7 @@ def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(
         record = OeqBuild.from_json(a.read(f"openequivariance-{version}.dist-info/{OEQ_BUILD_FILE}").decode())
     assert record.built_against.file == arm.torch.file and arm.torch.file.endswith("_aarch64.whl")
     assert all("aarch64" in w.file for w in record.cuda_wheels) and record.compiler.startswith("aarch64-linux-gnu-g++")
-    assert (record.torch_min, record.platform_tag) == ("2.11", "manylinux_2_28_aarch64")
+    assert (record.torch_min, record.platform_tag) == (arm.torch_min, "manylinux_2_28_aarch64")
 
 
 def test_verify_and_torch_abi_audit_pass_it(cp311_oeq_aarch64_wheel, cp311_oeq_cu12_wheel):
@@ -65,8 +66,9 @@ def test_verify_and_torch_abi_audit_pass_it(cp311_oeq_aarch64_wheel, cp311_oeq_c
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"OK   {cp311_oeq_aarch64_wheel.name}  tag cp311-cp311-manylinux_2_28_aarch64 "
                                "(auditwheel: manylinux_2_")  # auditwheel's aarch64 policy
-    assert lines[1].strip() == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.11.0"
-    assert lines[3].strip() == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.10.0"  # the cu128 line
+    audit = f"torch-abi-audit {md.version('torch-abi-audit')}: Torch ABI STABLE, min torch"  # the locked tool's
+    assert lines[1].strip() == f"{audit} {P.load().oeq_line('cu130', 'aarch64').torch.version}"
+    assert lines[3].strip() == f"{audit} {P.load().oeq_line('cu128').torch.version}"  # the cu128 line
 
 
 def repack(wheel, tmp_path, edit, name=None):
@@ -141,13 +143,14 @@ def test_without_a_cross_compiler_aarch64_is_a_note_or_one_clear_error(monkeypat
 
 def test_the_emulated_cpython_is_one_of_the_pinned_ones_and_making_it_needs_root(monkeypatch, tmp_path):
     arch = P.load().arches["aarch64"]
-    assert arch.emulated_pythons == {"3.11": "bookworm", "3.13": "trixie", "3.14": "forky"}
-    with pytest.raises(emulated.EmulationError, match="no emulated CPython 3.12 for aarch64; .* emulated_pythons: 3.11, 3.13, 3.14"):
-        emulated.rootfs(arch, "3.12", tmp_path)
+    missing = next(f"3.{m}" for m in range(10, 99) if f"3.{m}" not in arch.emulated_pythons)
+    with pytest.raises(emulated.EmulationError, match=f"no emulated CPython {missing} for aarch64; .* emulated_pythons: "
+                                                      + ", ".join(arch.emulated_pythons).replace(".", r"\.")):
+        emulated.rootfs(arch, missing, tmp_path)
     monkeypatch.setattr(debian, "as_root", lambda: None)
     monkeypatch.setattr(emulated, "ensure_tools", lambda *tools: None)  # qemu there or not: the root check runs
     with pytest.raises(emulated.EmulationError, match="needs root"):
-        emulated.rootfs(arch, "3.11", tmp_path)
+        emulated.rootfs(arch, next(iter(arch.emulated_pythons)), tmp_path)
     assert not (tmp_path / "emulated").exists()  # nothing half-made
     cmd = emulated.command(arch, "3.13", tmp_path)
     assert cmd == ["qemu-aarch64-static", "-cpu", "max,pauth=off", "-L", str(tmp_path), str(tmp_path / "usr/bin/python3.13")]
@@ -186,10 +189,11 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
     """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 (its
     cp311 wheel), Debian 13's 3.13 and Debian testing's 3.14 (the cp312-abi3 wheel): `make install-matrix` runs
     every tested torch. Served as the release serves the site; raises on any failure."""
-    assert installmatrix.run(abi3_set, ["2.11.0"], [installer], "3.11", arches=["aarch64"],
+    floor = P.load().oeq_line("cu130", "aarch64").tested_torch[0]
+    assert installmatrix.run(abi3_set, [floor], [installer], "3.11", arches=["aarch64"],
                              emulated_pythons=[python], uv_cache=aarch64_uv_cache) == 0
     table = capsys.readouterr().out
-    assert f"2.11.0  cu130 aarch64 py{python}  {installer}" in table and \
+    assert f"{floor}  cu130 aarch64 py{python}  {installer}" in table and \
         "OEq precompiled (our aarch64 wheel; emulated import" in table and "PASS" in table
 
 

@@ -194,9 +194,9 @@ def last_line(r):
 
 def test_an_image_that_cannot_be_pulled_is_one_line_and_auto_falls_back(eng, tmp_path):
     missing = "quay.io/pypa/oeq-wheels-test-no-such-image:1"
-    r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11", env=eng.env(OEQ_WHEELS_IMAGE=missing))
+    r, _ = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11", env=eng.env(OEQ_WHEELS_IMAGE=missing))
     line = last_line(r)
-    assert r.returncode == 2 and took < 120, r.stderr
+    assert r.returncode == 2 and "compile  started" not in r.stderr, r.stderr  # it stopped before any build
     assert missing in line and "cannot be pulled (" in line and "--runner host" in line and "OEQ_WHEELS_IMAGE" in line
     assert "Traceback" not in r.stderr and "tar:" not in r.stderr and not (tmp_path / "out").exists()
     # auto: whatever works here, so the host runner, with a notice (its own output check then refuses OUTDIR).
@@ -208,9 +208,9 @@ def test_an_image_that_cannot_be_pulled_is_one_line_and_auto_falls_back(eng, tmp
 
 @pytest.mark.parametrize("volume", ["v", "-bad"])
 def test_a_volume_name_the_engine_rejects_is_one_line(eng, tmp_path, volume):
-    r, took = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11",
-                    env=eng.env(OEQ_WHEELS_WORK_VOLUME=volume))
-    assert r.returncode == 2 and took < 60
+    r, _ = build(eng, tmp_path / "out", "--runner", "docker", "--python", "3.11",
+                 env=eng.env(OEQ_WHEELS_WORK_VOLUME=volume))
+    assert r.returncode == 2 and "compile  started" not in r.stderr, r.stderr  # refused before any build
     assert f"volume name '{volume}' is not one a container engine accepts" in last_line(r)
     assert not (tmp_path / "out").exists() and not eng.ours()
 

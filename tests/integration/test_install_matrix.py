@@ -56,20 +56,24 @@ def test_the_plan_covers_every_line_and_the_mix():
     pins = P.load()
     cases = installmatrix.plan(pins, None, ["pip", "uv"])
     got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
-    assert ("2.10.0", "cu128", "uv", False) in got and ("2.15.0", "cu130", "pip", False) in got
+    cu13, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
+    assert (cu12.tested_torch[0], "cu128", "uv", False) in got and (cu13.tested_torch[-1], "cu130", "pip", False) in got
     assert (pins.matrix.torch_version, "cu128", "pip", True) in got  # the mix: fastmace-oeq-ext's torch
     # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, 13's 3.13, testing's 3.14)
-    assert ("2.15.0", "cu130", "uv", False) in {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
-    assert {c.python for c in cases if c.foreign} == {"3.11", "3.13", "3.14"}
+    arm = pins.arches["aarch64"]
+    assert (cu13.tested_torch[-1], "cu130", "uv", False) in \
+        {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
+    assert {c.python for c in cases if c.foreign} == set(arm.emulated_pythons)
     # x86_64: the host's CPython, and Debian testing's 3.14 and 3.15 in their root for the torches that have
     # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch 2.10.0 has neither)
     rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
-    assert rooted == {(t, "cu130-x86_64", v, i) for v, ts in (("3.14", ("2.14.1", "2.15.0")), ("3.15", ("2.15.0",)))
-                      for t in ts for i in ("pip", "uv")}
+    assert rooted == {(t, "cu130-x86_64", v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
+                      for t in row["torch"] for i in ("pip", "uv")} and rooted
     per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
     assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + 1
-    narrow = installmatrix.plan(pins, ["2.11.0"], ["uv"], ["aarch64"], ["3.13"])
-    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [("2.11.0", "cu130-aarch64", "3.13", "uv")]
+    floor, py = cu13.tested_torch[0], sorted(arm.emulated_pythons)[-1]
+    narrow = installmatrix.plan(pins, [floor], ["uv"], ["aarch64"], [py])
+    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [(floor, "cu130-aarch64", py, "uv")]
     with pytest.raises(installmatrix.UsageError, match="the OEq lines are built for x86_64, aarch64"):
         installmatrix.plan(pins, None, ["uv"], ["riscv64"])
     with pytest.raises(installmatrix.UsageError, match="no OEq line is tested on it"):

@@ -10,7 +10,7 @@ from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import inputs, pins as P, verify
 from oeq_wheels.oeq.verify import verify_oeq_binary
 
-VERSION = P.load().oeq_binary.version("0.7.0")
+VERSION = P.load().oeq_binary.version(P.load().oeq.version)
 EXTLIB = "openequivariance/_torch/extlib/"
 
 
@@ -30,13 +30,15 @@ def test_name_version_and_contents(cp311_oeq_wheel, cache):
     assert {EXTLIB + "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", EXTLIB + "liboeq_stable_cuda_aoti.so"} <= names
     # METADATA is the sdist's PKG-INFO with the version changed, and `packaging` (which OEq 0.7.0
     # imports without declaring it) added after its own requirements; it still satisfies ==0.7.0.
-    want = (root / "PKG-INFO").read_text().replace("Version: 0.7.0\n", f"Version: {VERSION}\n", 1)
+    want = (root / "PKG-INFO").read_text().replace(f"Version: {P.load().oeq.version}\n", f"Version: {VERSION}\n", 1)
     want = want.replace("Requires-Dist: pybind11\n", "Requires-Dist: pybind11\nRequires-Dist: packaging\n", 1)
     assert meta == want
     from packaging.specifiers import SpecifierSet
-    assert VERSION in SpecifierSet("==0.7.0") and "+" in VERSION  # PyPI refuses local versions
-    assert (record.torch_min, record.cuda_major, record.built_against.version) == ("2.11", "13", "2.11.0")
-    assert {w.name: w.version for w in record.cuda_wheels}["nvidia-cublas"] == "13.1.0.3"
+    oeq, line = P.load().oeq, P.load().oeq_line("cu130")
+    assert VERSION in SpecifierSet(f"=={oeq.version}") and "+" in VERSION  # PyPI refuses local versions
+    assert (record.torch_min, record.cuda_major, record.built_against.version) == \
+        (line.torch_min, line.cuda_major, line.torch.version)
+    assert {w.name: w.version for w in record.cuda_wheels} == {n.name: n.version for n in line.nvidia}
 
 
 def test_libraries_link_by_soname_into_torch_and_the_cuda_wheels(cp311_oeq_wheel):
@@ -150,7 +152,7 @@ def test_the_cuda12_line_beside_a_cuda13_torch_is_refused_in_one_line(cp311_oeq_
 def test_the_cuda12_line_links_the_cuda12_wheels_and_passes_the_gate(cp311_oeq_cu12_wheel):
     cu12 = P.load().oeq_line("cu128")
     with zipfile.ZipFile(cp311_oeq_cu12_wheel) as zf:
-        record = OeqBuild.from_json(zf.read(f"openequivariance-{cu12.version('0.7.0')}.dist-info/"
+        record = OeqBuild.from_json(zf.read(f"openequivariance-{cu12.version(P.load().oeq.version)}.dist-info/"
                                             f"{OEQ_BUILD_FILE}").decode())
         for name in ("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", "liboeq_stable_cuda_aoti.so"):
             data = zf.read(EXTLIB + name)
@@ -161,8 +163,9 @@ def test_the_cuda12_line_links_the_cuda12_wheels_and_passes_the_gate(cp311_oeq_c
             needs = verify.dynamic_symbols(data, defined=False)
             assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
             assert {v for _, v in needs} >= set(cu12.cuda_sonames())
-    assert (record.torch_min, record.cuda_major, record.built_against.version) == ("2.10", "12", "2.10.0")
-    assert record.built_against.file.startswith("torch-2.10.0-3-cp312")
+    assert (record.torch_min, record.cuda_major, record.built_against.version) == \
+        (cu12.torch_min, cu12.cuda_major, cu12.torch.version)
+    assert record.built_against.file == cu12.torch.file
     r = run_cli("verify", str(cp311_oeq_cu12_wheel))
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
 

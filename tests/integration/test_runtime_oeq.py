@@ -3,7 +3,7 @@ import json
 import os
 import shutil
 import subprocess
-
+import zipfile
 
 from oeq_wheels import pins as P
 
@@ -187,7 +187,7 @@ def test_doctor_lines(oeq_venv, tmp_path):
     assert first.startswith(f"host extension: prebuilt (fastmace-oeq-ext {P.load().version}, ")
     assert first.endswith("libtorch_tp_jit.so); no compiler needed")
     assert f"  taken    prebuilt: matches torch {P.load().matrix.torch_version}+{P.load().matrix.torch_local}" in r.stdout  # the trace of every candidate
-    assert "  refused  oeq-precompiled: OpenEquivariance 0.7.0 has no precompiled extension" in r.stdout
+    assert f"  refused  oeq-precompiled: OpenEquivariance {P.load().oeq.version} has no precompiled extension" in r.stdout
     toolkit = tmp_path / "cuda"  # a CUDA toolkit with headers, as torch's CUDA_HOME
     (toolkit / "include").mkdir(parents=True)
     (toolkit / "include" / "cuda_runtime_api.h").write_text("")
@@ -199,3 +199,20 @@ def test_doctor_lines(oeq_venv, tmp_path):
     r = doctor(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "0", "CUDA_HOME": str(tmp_path / "no-headers"),
                           "OEQ_CUDA_FROM_WHEELS": "0"})
     assert r.returncode == 1 and "has no CUDA headers" in r.stdout  # says why instead of promising a build
+
+
+def test_our_manifest_carries_every_key_of_the_published_post1_in_its_format(post1_wheel, cp311_wheel):
+    """FastMACE 1.0.0 reads post1's keys (CONSUMER_KEYS): the published post1 manifest has each, and ours carries
+    each with the type of post1's value and the pinned builds' values."""
+    from fastmace_oeq_ext.manifest import CONSUMER_KEYS
+    name = "fastmace_oeq_ext/manifest.json"
+    post1 = json.loads(zipfile.ZipFile(post1_wheel).read(name))
+    ours = json.loads(zipfile.ZipFile(cp311_wheel).read(name))
+    assert set(CONSUMER_KEYS) <= set(post1), set(CONSUMER_KEYS) - set(post1)
+    for key in CONSUMER_KEYS:
+        assert type(ours[key]) is type(post1[key]), key
+    pins = P.load()
+    assert (ours["torch"], ours["python"], ours["openequivariance"], ours["extension_version"]) == \
+        (pins.matrix.consumer_torch, "cp311", pins.oeq.version, pins.version)
+    for key, prefix in (("compiler", "GCC "), ("glibc_max_symbol", "GLIBC_2.")):
+        assert post1[key].startswith(prefix) and ours[key].startswith(prefix), key

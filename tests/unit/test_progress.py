@@ -7,13 +7,18 @@ from oeq_wheels import progress, proc
 
 
 def test_stage_prints_start_and_end_and_a_heartbeat_when_quiet_too_long(capsys, monkeypatch):
-    monkeypatch.setattr(progress, "HEARTBEAT_S", 1.0)
+    """A stage quiet past HEARTBEAT_S is named by the heartbeat: waited for, not timed (a loaded machine is slow)."""
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    err = ""
     with progress.Stage("cp311", "compile", detail=lambda: "3 of 4 objects"):
-        time.sleep(2.6)
-    err = capsys.readouterr().err
+        deadline = time.monotonic() + 60
+        while "still running" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+    err += capsys.readouterr().err
     assert "[cp311] compile  started" in err
     assert re.search(r"still running: \[cp311\] compile \d+s \(3 of 4 objects\)", err), err
-    assert re.search(r"\[cp311\] compile  ok +2\.\ds", err), err
+    assert re.search(r"\[cp311\] compile  ok +\d+\.\ds", err), err
 
 
 def test_quiet_hides_progress_but_not_warnings_and_verbose_shows_commands(capsys):
