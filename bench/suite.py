@@ -1,7 +1,9 @@
 """The test suite's cost as a new user pays it: a fresh clone of HEAD, empty caches (XDG_CACHE_HOME: ours, uv's
-and pip's), README's two commands (`make wheels`, then `make test`), optionally `make test` again in the same clone;
-the time of each and the peak disk used above the start (the file system's, sampled every 2 s: run it on a quiet
-machine). `bench/run.py --suite [--second]` (or `python3 bench/suite.py`) runs it; README and docs/benchmarks.md state its figures."""
+and pip's), README's two commands (`make wheels`, then `make test`), optionally `make test` again in the same clone
+(--second), or only the quick loop (`make test-unit`, --unit); the time of each, the bytes the machine received
+during it (its network interfaces' counters, as a user's machine would count them) and the peak disk used above
+the start (the file system's, sampled every 2 s: run it on a quiet machine). `bench/run.py --suite [--second]`
+(or `python3 bench/suite.py [--second|--unit]`) runs it; README and docs/benchmarks.md state its figures."""
 from __future__ import annotations
 
 import os
@@ -37,6 +39,17 @@ def downloaded(cache: Path) -> int:
     ledger = cache / "members" / "fetched.jsonl"
     if ledger.exists():
         total += sum(json.loads(line)["bytes"] for line in ledger.read_text().splitlines())
+    return total
+
+
+def received() -> int:
+    """Bytes this machine has received on its network interfaces since boot (/proc/net/dev; loopback, which the
+    suite's own servers use, left out)."""
+    total = 0
+    for line in open("/proc/net/dev").read().splitlines()[2:]:
+        name, data = line.split(":", 1)
+        if name.strip() != "lo":
+            total += int(data.split()[0])
     return total
 
 
@@ -76,7 +89,7 @@ def proof_table(test_log: str) -> str:
     return "\n".join(lines[start:end] + [last])
 
 
-def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
+def measure(second: bool = False, log=print, unit: bool = False) -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="oeq-suite-") as t:
         root = Path(t)
@@ -90,18 +103,20 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
         disk = PeakDisk(root)
         disk.start()
         cores = os.cpu_count() or 1
-        for n, what in enumerate(["wheels", "test"] + (["test"] if second else [])):
+        commands = ["test-unit"] if unit else ["wheels", "test"] + (["test"] if second else [])
+        for n, what in enumerate(commands):
             per_test = root / f"cpu-{n}.jsonl"
             run_env = dict(env, OEQ_WHEELS_BENCH_CPU=str(per_test),
                            PYTEST_ADDOPTS=f"{env.get('PYTEST_ADDOPTS', '')} -p bench.cpu_per_test".strip())
-            t0, cpu0 = time.monotonic(), busy_seconds()
+            t0, cpu0, rx0 = time.monotonic(), busy_seconds(), received()
             with open(root / f"make-{what}-{n}.log", "w") as out:
                 rc = subprocess.run(["make", what], cwd=clone, env=run_env, stdout=out,
                                     stderr=subprocess.STDOUT).returncode
-            took, cpu = time.monotonic() - t0, busy_seconds() - cpu0
+            took, cpu, rx = time.monotonic() - t0, busy_seconds() - cpu0, received() - rx0
             label = f"make {what}" + (" (second, same clone and cache)" if what == "test" and
                                      any(r[0].startswith("make test") for r in rows) else "")
-            rows.append((label, f"{took / 60:.1f} min, exit {rc}; the whole machine's CPU time (/proc/stat) {cpu:.0f} s "
+            rows.append((label, f"{took / 60:.1f} min, exit {rc}; received {rx / 1e9:.2f} GB; the whole machine's CPU "
+                                f"time (/proc/stat) {cpu:.0f} s "
                                 f"on {cores} cores: no schedule of this work ends before {cpu / cores:.0f} s"))
             if per_test.exists():
                 log(by_file(per_test))
@@ -109,7 +124,7 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
             text = (root / f"make-{what}-{n}.log").read_text()
             if rc != 0:  # a failure's cause
                 log(text[-4000:])
-            elif what == "test":  # the proof table and pytest's summary (--durations may come between them)
+            elif what.startswith("test"):  # the proof table and pytest's summary (--durations may come between them)
                 log(proof_table(text))
             if what == "wheels":
                 rows.append(("downloaded by make wheels (whole files + members by range)",
@@ -123,13 +138,13 @@ def measure(second: bool = False, log=print) -> list[tuple[str, str]]:
     return rows
 
 
-def main(second: bool) -> int:
+def main(second: bool, unit: bool = False) -> int:
     """Measure, print the table, and exit non-zero if a command failed."""
-    rows = measure(second)
+    rows = measure(second, unit=unit)
     print("| what | measured |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows))
     return 0 if all("exit 0" in b for a, b in rows if a.startswith("make")) else 1
 
 
 if __name__ == "__main__":  # standard library only: runs before any of the project's set-up exists
     import sys
-    sys.exit(main("--second" in sys.argv[1:]))
+    sys.exit(main("--second" in sys.argv[1:], "--unit" in sys.argv[1:]))
