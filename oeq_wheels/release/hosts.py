@@ -13,9 +13,11 @@ Every server binds 127.0.0.1 on a free port and stops with its context.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import http.server
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -155,10 +157,11 @@ def _free_port(preferred: int = 0) -> int:
 
 
 def stable_port(key: str) -> int:
-    """A port in 20000-39999 that depends on `key` only. uv keys its cache by an index's URL, port included: a
-    stand-in served on a new port each session would add its wheels to uv's cache again each session."""
+    """A port in 20000-31999 that depends on `key` only. uv keys its cache by an index's URL, port included: a
+    stand-in served on a new port each session would add its wheels to uv's cache again each session. Below
+    Linux's ephemeral range (32768-60999), so that no outgoing connection holds it."""
     import hashlib
-    return 20000 + int(hashlib.sha256(key.encode()).hexdigest(), 16) % 20000
+    return 20000 + int(hashlib.sha256(key.encode()).hexdigest(), 16) % 12000
 
 
 @contextlib.contextmanager
@@ -169,11 +172,33 @@ def pypi_standin(packages: Path, log: Path, fallback: str = "https://pypi.org/si
 
 
 @contextlib.contextmanager
+def _port_claim(port: int):
+    """Processes that would serve on this port take turns until the one serving it answers: the matrix jobs of one
+    workflow, which act runs at once on one host (GitHub gives each its own machine), pick the same stable port,
+    and between one's free-port check and its server's bind the other would take it. A lock file in /tmp, as the
+    port is the machine's; the kernel drops the lock with its process."""
+    if not port:
+        yield
+        return
+    path = Path("/tmp") / f"oeq-wheels-port-{port}.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)  # another user's lock file: opened, never re-created (protected_regular)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def pypiserver(packages: Path, log: Path, *options: str, port: int = 0):
     """A real pypiserver over `packages` on loopback with `options` (auth, fallback), on `port` where it is free;
     yields its root URL."""
-    port = _free_port(port)
-    with open(log, "w") as out:
+    with contextlib.ExitStack() as claim, open(log, "w") as out:
+        claim.enter_context(_port_claim(port))  # held until this server answers (or failed), not while it serves
+        port = _free_port(port)
         p = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
                               *options, str(packages)], stdout=out, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}/simple/"
@@ -190,6 +215,7 @@ def pypiserver(packages: Path, log: Path, *options: str, port: int = 0):
                 raise HostError(f"pypiserver did not answer on {url}: {log.read_text()[-500:]}")
             if p.poll() is not None:
                 raise HostError(f"pypiserver stopped: {log.read_text()[-500:]}")
+            claim.close()
             yield f"http://127.0.0.1:{port}/"
         finally:
             p.terminate()

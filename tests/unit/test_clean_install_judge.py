@@ -1,6 +1,7 @@
 """The clean-install check's verdict, its one-line refusal and its stand-in's port (the check itself, in a fresh
 venv with every compiler a sentinel, is tests/integration/test_clean_install.py's)."""
 import subprocess
+import time
 
 from conftest import REPO
 from oeq_wheels.release.cleaninstall import judge
@@ -35,4 +36,39 @@ def test_a_stand_ins_port_depends_on_its_folder_only():
     from oeq_wheels.release.hosts import stable_port
     assert stable_port("/a/standins/pytorch-cu130") == stable_port("/a/standins/pytorch-cu130")
     assert stable_port("/a/standins/pytorch-cu130") != stable_port("/b/standins/pytorch-cu130")
-    assert all(20000 <= stable_port(str(i)) < 40000 for i in range(50))
+    assert all(20000 <= stable_port(str(i)) < 32000 for i in range(200))  # below the ephemeral range
+
+
+def test_two_stand_ins_started_at_once_for_one_port_both_serve(tmp_path, monkeypatch):
+    """act runs a matrix's jobs at once on one host: their clean installs start the torch stand-in on the same
+    stable port. Between one's free-port check and its server's bind the other checked too (widened here): both
+    must serve, the second on another port, instead of one failing with 'Address already in use'."""
+    import threading
+    from oeq_wheels.release import hosts
+    real = hosts._free_port
+    monkeypatch.setattr(hosts, "_free_port", lambda preferred=0: (real(preferred), time.sleep(1.0))[0])
+    # A stable port that is free now (it is below the ephemeral range: no outgoing connection takes it meanwhile).
+    port = next(p for p in (hosts.stable_port(f"{tmp_path}{i}") for i in range(1000)) if real(p) == p)
+    urls, errors, up = [], [], threading.Barrier(3)
+
+    def serve(i):
+        (tmp_path / f"p{i}").mkdir()
+        try:
+            with hosts.pypiserver(tmp_path / f"p{i}", tmp_path / f"log{i}", "--disable-fallback", port=port) as url:
+                urls.append(url)
+                up.wait(120)  # both up at the same time
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(str(exc))
+            up.abort()
+
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        up.wait(120)
+    except threading.BrokenBarrierError:
+        pass
+    for t in threads:
+        t.join(120)
+    assert errors == [] and len(set(urls)) == 2, (errors, urls)
+    assert f"http://127.0.0.1:{port}/" in urls
