@@ -19,6 +19,7 @@ WORDS = re.compile(r"\b(tested|proven|proves)\b|\(`?make test`?\)", re.I)
 NEGATED = re.compile(r"(?:\bnot|\*\*not\*\*)\s+(?:tested|proven)\b", re.I)
 MENTIONED = re.compile(r'"(?:tested|proven|proves)"', re.I)  # the word quoted is a mention, not a claim
 PROVEN_BY_HEADER = "| | supported | proven by |"
+TESTS_LIST_HEADER = "## Tests"  # README's list of what `make test` tests: each item is a claim
 
 
 @dataclass
@@ -63,10 +64,15 @@ def load(path: Path = CLAIMS_FILE) -> list[Claim]:
 
 def sentences(document: Path) -> list[str]:
     """The lines that claim a proof: a proof word neither negated ("not proven" says what is not claimed) nor
-    quoted, and every
-    row of README's "proven by" table (its negative rows too: they name where else it is proven)."""
-    out, in_table = [], False
+    quoted, every row of README's "proven by" table (its negative rows too: they name where else it is proven), and
+    the first line of every item of its Tests list."""
+    out, in_table, in_list = [], False, False
     for line in document.read_text().splitlines():
+        if line.startswith("#"):
+            in_list = line.strip() == TESTS_LIST_HEADER
+        elif in_list and line.startswith("- "):  # an item's first line
+            out.append(line)
+            continue
         if line.strip() == PROVEN_BY_HEADER:
             in_table = True
             continue
@@ -175,11 +181,11 @@ def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
     skipped = [s for _, o in judged for s in o.skipped]
     if skipped:
         return Outcome("SKIPPED", f"rows {', '.join(named('SKIPPED'))}: {skipped[0]}", skipped)
-    passed, elsewhere = named("PASS"), named("ELSEWHERE")
-    not_run = named("NOT RUN") + named("PARTIAL")
+    passed, elsewhere, partial = named("PASS"), named("ELSEWHERE"), named("PARTIAL")
+    not_run = named("NOT RUN") + partial
     if not here:
         return Outcome("ELSEWHERE", "; ".join(f"{r.name}: {r.elsewhere}" for r in rows))
-    if not passed:
+    if not passed and not partial:
         return Outcome("NOT RUN", "none of its tests was selected")
     detail = f"{len(passed)}/{len(rows)} rows here"
     if not_run:
