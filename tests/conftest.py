@@ -114,7 +114,7 @@ def resumed_build(tmp_path_factory, cache):
 
 def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64") -> Path:
     """The one binary openequivariance wheel of an OEq line (cu130, cu128) and architecture in outdir's OUTDIR-extra."""
-    version = pins_mod.load().oeq_line(line, arch).version("0.7.0")
+    version = pins_mod.load().oeq_line(line, arch).version(pins_mod.load().oeq.version)
     (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-*_{arch}.whl")
     return whl
 

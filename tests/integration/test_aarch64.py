@@ -107,10 +107,13 @@ def test_torch_abi_audit_is_a_real_second_opinion(cp311_oeq_aarch64_wheel, cp311
     with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as zf:
         libs = {MODULE: zf.read(MODULE), AOTI: zf.read(AOTI)}
     said, problems = torch_abi_audit(libs, line)
-    assert problems == [] and said == "torch-abi-audit 0.3.0: Torch ABI STABLE, min torch 2.11.0"
+    assert problems == [] and said == f"torch-abi-audit {md.version('torch-abi-audit')}: Torch ABI STABLE, min torch " \
+        f"{line.torch.version}"
     # A floor the binary does not keep is caught...
-    said, problems = torch_abi_audit(libs, dataclasses.replace(line, torch_min="2.10"))
-    assert problems == ["torch-abi-audit's minimum torch is 2.11.0, the line's floor is 2.10"]
+    major, minor = line.torch_min.split(".")
+    lower = f"{major}.{int(minor) - 1}"
+    said, problems = torch_abi_audit(libs, dataclasses.replace(line, torch_min=lower))
+    assert problems == [f"torch-abi-audit's minimum torch is {line.torch.version}, the line's floor is {lower}"]
     # ... and so is a library that reaches into torch's C++ internals (fastmace-oeq-ext's JIT-recipe build).
     with zipfile.ZipFile(cp311_wheel) as zf:
         jit = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")

@@ -11,18 +11,20 @@ from oeq_wheels.release import installmatrix
 
 from oeq_wheels import pins as P
 
-CU12 = P.load().oeq_line("cu128").version("0.7.0")
+OEQ = P.load().oeq.version
+CU12 = P.load().oeq_line("cu128").version(OEQ)
 
 
 def test_judge_refuses_each_way_of_not_getting_our_binary():
     pins = P.load()
-    case = installmatrix.Case("2.14.1", "pip", pins.oeq_binary)
-    good = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": pins.oeq_binary.version("0.7.0"),
+    torch, cu12_torch = pins.matrix.torch_version, pins.oeq_line("cu128").tested_torch[0]
+    case = installmatrix.Case(torch, "pip", pins.oeq_binary)
+    good = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": pins.oeq_binary.version(OEQ),
             "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
     ok_doctor = (0, "host extension: OpenEquivariance precompiled (x); no compiler needed\n")
     assert installmatrix.judge(case, good, ok_doctor, "", pins) == []
-    for change, words in [({"torch": "2.13.0+cpu", "cuda": None}, "not a CUDA 13 build"),
-                          ({"oeq_version": "0.7.0"}, "not our cu130 binary wheel"),
+    for change, words in [({"torch": f"{torch}+cpu", "cuda": None}, "not a CUDA 13 build"),
+                          ({"oeq_version": OEQ}, "not our cu130 binary wheel"),
                           ({"precompiled": False, "error": "no .so"}, "did not load its precompiled"),
                           ({"ops": []}, "operators missing")]:
         why = installmatrix.judge(case, {**good, **change}, ok_doctor, "", pins)
@@ -32,20 +34,20 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
 
 
-    cu12 = installmatrix.Case("2.10.0", "pip", pins.oeq_line("cu128"))
-    assert installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu128", "cuda": "12.8",
+    cu12 = installmatrix.Case(cu12_torch, "pip", pins.oeq_line("cu128"))
+    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": pins.oeq_line("cu128").cuda,
                                       "oeq_version": CU12}, None, "", pins) == []
-    assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": "2.10.0+cu130",
+    assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu130",
                                                                              "oeq_version": CU12},
                                                                         None, "", pins))
 
 
 def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build():
     pins = P.load()
-    mix = installmatrix.Case("2.14.1", "uv", pins.oeq_line("cu128"), mix=True)
-    seen = {"torch": "2.14.1+cu130", "cuda": "13.0", "oeq_version": CU12, "precompiled": True,
+    mix = installmatrix.Case(pins.matrix.torch_version, "uv", pins.oeq_line("cu128"), mix=True)
+    seen = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": CU12, "precompiled": True,
             "built": False, "error": "libcudart.so.12: cannot open shared object file", "ops": []}
-    refused = (1, "host extension: unusable; openequivariance 0.7.0+oeqwheels.cu12.8 is built for CUDA 12, ...\n")
+    refused = (1, f"host extension: unusable; openequivariance {CU12} is built for CUDA 12, ...\n")
     assert installmatrix.judge(mix, seen, refused, "", pins) == []
     assert installmatrix.judge(mix, {**seen, "built": True}, refused, "", pins)  # it must not load
     assert installmatrix.judge(mix, seen, (0, "host extension: OpenEquivariance precompiled (x)"), "", pins)
@@ -112,8 +114,9 @@ def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any
     a plain pip or uv install of PyPI's torch 2.15.0 and openequivariance from the served cu130 index, every
     compiler a sentinel before it, takes our cp312-abi3 wheel; OEq loads oeq_stable_cuda.abi3.so with its
     operators; nothing is built. `make install-matrix` also runs torch 2.14.1 on 3.14 and each with both installers."""
-    assert installmatrix.run(abi3_oeq_wheel.parent.with_name("dist"), ["2.15.0"], [installer], "3.11",
+    newest = P.load().oeq_line("cu130").tested_torch[-1]
+    assert installmatrix.run(abi3_oeq_wheel.parent.with_name("dist"), [newest], [installer], "3.11",
                              arches=["x86_64"], emulated_pythons=[python], plain=False) == 0
     table = capsys.readouterr().out
-    assert f"2.15.0  cu130 py{python} (Debian forky)  {installer}" in table and \
+    assert f"{newest}  cu130 py{python} (Debian forky)  {installer}" in table and \
         "OEq precompiled (our oeq_stable_cuda.abi3.so)" in table and "PASS" in table

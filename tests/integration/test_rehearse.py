@@ -67,28 +67,28 @@ def test_upgrade_download_hashes_and_index_url_from_the_served_site(cp311_wheel,
     subprocess.run([vpy, "-m", "pip", "install", "-q", "--no-deps", str(plain)], check=True, env=pip_env())
     version = lambda: subprocess.run([vpy, "-c", "import importlib.metadata as m; print(m.version('openequivariance'))"],
                                      capture_output=True, text=True).stdout.strip()
-    assert version() == "0.7.0"
+    assert version() == pins.oeq.version
     with hosts.pages(root, "oeq-wheels") as base:
         index = base + "cu130/simple/"
-        pip = [vpy, "-m", "pip", "install", "--no-deps", "openequivariance==0.7.0", "--extra-index-url", index]
+        pip = [vpy, "-m", "pip", "install", "--no-deps", f"openequivariance=={pins.oeq.version}", "--extra-index-url", index]
         r = subprocess.run(pip, capture_output=True, text=True, env=pip_env())
-        assert r.returncode == 0 and "already satisfied" in r.stdout and version() == "0.7.0"
+        assert r.returncode == 0 and "already satisfied" in r.stdout and version() == pins.oeq.version
         r = subprocess.run(pip + ["--upgrade"], capture_output=True, text=True, env=pip_env())
-        assert r.returncode == 0 and version() == pins.oeq_binary.version("0.7.0"), r.stdout + r.stderr
+        assert r.returncode == 0 and version() == pins.oeq_binary.version(pins.oeq.version), r.stdout + r.stderr
         # pip download and --require-hashes, with the hash the site publishes.
         dl = tmp_path / "dl"
-        r = subprocess.run([vpy, "-m", "pip", "download", "--no-deps", "-d", str(dl), "openequivariance==0.7.0",
+        r = subprocess.run([vpy, "-m", "pip", "download", "--no-deps", "-d", str(dl), f"openequivariance=={pins.oeq.version}",
                             "--index-url", index], capture_output=True, text=True, env=pip_env())
         assert r.returncode == 0 and (dl / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
         digest = hashlib.sha256(cp311_oeq_wheel.read_bytes()).hexdigest()
         assert f"{digest}  {cp311_oeq_wheel.name}" in (root / "SHA256SUMS").read_text()
         req = tmp_path / "req.txt"
-        req.write_text(f"openequivariance=={pins.oeq_binary.version('0.7.0')} --hash=sha256:{digest}\n")
+        req.write_text(f"openequivariance=={pins.oeq_binary.version(pins.oeq.version)} --hash=sha256:{digest}\n")
         r = subprocess.run([vpy, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
                             "-r", str(req), "--index-url", index], capture_output=True, text=True, env=pip_env())
         assert r.returncode == 0, r.stdout + r.stderr
         # --index-url alone: OEq's dependencies are not on our index, and pip says so.
-        r = subprocess.run([vpy, "-m", "pip", "install", "--dry-run", "--ignore-installed", "openequivariance==0.7.0",
+        r = subprocess.run([vpy, "-m", "pip", "install", "--dry-run", "--ignore-installed", f"openequivariance=={pins.oeq.version}",
                             "--index-url", index], capture_output=True, text=True, env=pip_env())
         assert r.returncode != 0 and "No matching distribution found for" in r.stderr, r.stderr
 
