@@ -1,22 +1,10 @@
 """Caches that check themselves, on a real download (pybind11's wheel from the pinned inputs): a damaged download or
 unpacked tree is never used, an unchanged one is not read again (objects and blobs: tests/unit/test_cache_integrity.py)."""
-import os
-from pathlib import Path
-
 import pytest
 
+from damage import flip_byte_keep_mtime
 from oeq_wheels import fetch, inputs, pins as P
 from oeq_wheels.files import sha256_file
-
-
-def flip_byte_keep_mtime(path: Path, offset: int = 100) -> None:
-    """What a disk error or a careless edit does: one byte changed, the mtime put back."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[offset % len(data)] ^= 0xFF
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
 @pytest.fixture

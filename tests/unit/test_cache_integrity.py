@@ -3,23 +3,13 @@ tool verdicts are kept by wheel hash (a real download: tests/integration/test_ca
 import os
 import subprocess
 import zipfile
-from pathlib import Path
 
 import pytest
 
+from damage import flip_byte_keep_mtime
 from oeq_wheels import inputs, pins as P
 from oeq_wheels.ext import compile as cc
 from oeq_wheels.files import sweep_stale, temp_prefix
-
-
-def flip_byte_keep_mtime(path: Path, offset: int = 100) -> None:
-    """What a disk error or a careless edit does: one byte changed, the mtime put back."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[offset % len(data)] ^= 0xFF
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
 def test_damaged_archive_is_one_line_error(tmp_path):
