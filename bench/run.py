@@ -3,6 +3,7 @@
 
     PYTHONPATH=.:runtime python bench/run.py [--out docs/benchmarks.md] [--skip-build] [--repeat 3]
     PYTHONPATH=.:runtime python bench/run.py --suite [--second]   (the test suite's cost; bench/suite.py)
+    PYTHONPATH=.:runtime python bench/run.py --unit               (make test-unit from a fresh clone)
 
 Prints a markdown table and writes it to --out. Measures, on this machine:
  1. the release build (fastmace-oeq-ext for each OEq variant; binary openequivariance for every line and
@@ -268,6 +269,8 @@ def main() -> int:
     ap.add_argument("--suite", action="store_true",
                     help="only the test suite's cost: a fresh clone, empty caches, make wheels and make test (bench/suite.py)")
     ap.add_argument("--second", action="store_true", help="with --suite: make test a second time in that clone")
+    ap.add_argument("--unit", action="store_true",
+                    help="only the quick loop's cost: a fresh clone, empty caches, make test-unit (target: 2 min)")
     ap.add_argument("--fetch-equal", action="store_true",
                     help="only: every wheel built from members fetched by range equals the one built from whole files")
     ap.add_argument("--throttle", type=float, metavar="MBIT",
@@ -275,9 +278,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.throttle:
         return throttled(args.throttle)
-    if args.suite:
+    if args.suite or args.unit:
         import suite
-        return suite.main(args.second)
+        return suite.main(args.second, unit=args.unit)
     if args.fetch_equal:
         return fetch_equal()
     pins = P.load()
