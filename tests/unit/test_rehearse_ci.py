@@ -1,6 +1,8 @@
 """`make rehearse-ci`'s parts that need no act run: every action has a stand-in, the tagged clone, the slice and
 the jobs not run (the slice under act is tests/integration/test_rehearse_ci_act.py's)."""
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,34 @@ def test_the_rehearsed_workflow_lacks_only_the_jobs_named_not_run(tmp_path):
     assert set(out["jobs"]) == set(src["jobs"]) - dropped
     assert out["jobs"]["build"]["needs"] == ["tag"]
     assert out["jobs"]["build"]["steps"] == src["jobs"]["build"]["steps"]
+
+
+def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp_path):
+    """release.yml publishes with skip-existing (a re-run completes a partial upload); twine takes --skip-existing for
+    PyPI only, so the stand-in leaves a file the loopback index has alone itself (make rehearse-ci found twine
+    refusing the flag)."""
+    import sys
+    import yaml
+    from fake_registry import wheel_bytes
+    from oeq_wheels.release import hosts
+    action = yaml.safe_load((REPO / "tools/ci/act/pypi-publish/action.yml").read_text())
+    (step,) = action["runs"]["steps"]
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    for name in ("demo_a", "demo_b"):
+        info = f"{name}-1.0.dist-info"
+        (dist / f"{name}-1.0-py3-none-any.whl").write_bytes(wheel_bytes({
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+            f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            f"{info}/RECORD": b""}))
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    with hosts.pypiserver(packages, tmp_path / "server.log", "-a", ".", "-P", ".", "--overwrite") as url:
+        env = dict(os.environ, DIR=str(dist), SKIP="true", OEQ_REHEARSAL_PYPI=url,
+                   OEQ_REHEARSAL_TWINE=str(Path(sys.executable).parent / "twine"))
+        first = subprocess.run(["bash", "-c", step["run"]], env=env, capture_output=True, text=True)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "uploaded 2 file(s)" in first.stdout and len(list(packages.iterdir())) == 2
+        again = subprocess.run(["bash", "-c", step["run"]], env=env, capture_output=True, text=True)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.count("on the index already (skip-existing)") == 2 and "uploaded 0 file(s)" in again.stdout
