@@ -280,6 +280,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                    "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
                    "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),
+                   "OEQ_REHEARSAL_PYTHON": standin_python,
                    "PATH": f"{hostcc}:{standins / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                    "HOME": str(home), "USER": user,
                    # This machine's way out (its CA bundle, a proxy), as a runner image has its own: not a stand-in.

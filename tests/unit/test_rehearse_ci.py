@@ -109,3 +109,24 @@ def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp
         again = subprocess.run(["bash", "-c", step["run"]], env=env, capture_output=True, text=True)
         assert again.returncode == 0, again.stdout + again.stderr
         assert again.stdout.count("on the index already (skip-existing)") == 2 and "uploaded 0 file(s)" in again.stdout
+
+
+def test_the_gh_stand_in_runs_with_the_stand_ins_python_not_the_runners(tmp_path):
+    """release.yml's github-release job has no setup-python: python3 on PATH is the runner's own, without the
+    pipeline's requirements (make rehearse-ci found the stand-in failing to import packaging there)."""
+    import sys
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'not the stand-ins python' >&2\nexit 3\n")
+    (fake / "python3").chmod(0o755)
+    wheel = tmp_path / "openequivariance-1.0+local.x-py3-none-any.whl"
+    wheel.write_bytes(b"w")
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "OEQ_REHEARSAL_PYTHON": sys.executable, "OEQ_REHEARSAL_REPO": str(REPO),
+           "OEQ_REHEARSAL_GITHUB": str(tmp_path / "github"), "GITHUB_REPOSITORY": "o/r"}
+    gh = str(REPO / "tools/ci/act/bin/gh")
+    r = subprocess.run([gh, "release", "create", "v1", str(wheel), "--repo", "o/r", "--title", "v1"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assets = [p.name for p in (tmp_path / "github/releases/v1/assets").iterdir()]
+    assert assets == ["openequivariance-1.0.local.x-py3-none-any.whl"]  # renamed as GitHub renames ('+' -> '.')
+    assert subprocess.run([gh, "release", "view", "v1", "--repo", "o/r"], env=env).returncode == 0
