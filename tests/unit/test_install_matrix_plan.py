@@ -1,0 +1,90 @@
+"""The install matrix's plan and judges, without installing anything: every line's cases and the mix, and each
+way of not getting our binary refused (the installs themselves: tests/integration/test_install_matrix.py)."""
+import pytest
+
+from oeq_wheels import pins as P
+from oeq_wheels.release import installmatrix
+
+OEQ = P.load().oeq.version
+CU12 = P.load().oeq_line("cu128").version(OEQ)
+
+
+def test_judge_refuses_each_way_of_not_getting_our_binary():
+    pins = P.load()
+    torch, cu12_torch = pins.matrix.torch_version, pins.oeq_line("cu128").tested_torch[0]
+    case = installmatrix.Case(torch, "pip", pins.oeq_binary)
+    good = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": pins.oeq_binary.version(OEQ),
+            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
+    ok_doctor = (0, "host extension: OpenEquivariance precompiled (x); no compiler needed\n")
+    assert installmatrix.judge(case, good, ok_doctor, "", pins) == []
+    for change, words in [({"torch": f"{torch}+cpu", "cuda": None}, "not a CUDA 13 build"),
+                          ({"oeq_version": OEQ}, "not our cu130 binary wheel"),
+                          ({"precompiled": False, "error": "no .so"}, "did not load its precompiled"),
+                          ({"ops": []}, "operators missing")]:
+        why = installmatrix.judge(case, {**good, **change}, ok_doctor, "", pins)
+        assert any(words in w for w in why), (change, why)
+    assert installmatrix.judge(case, good, (1, "host extension: unusable"), "", pins)
+    assert any("build tool was called" in w for w in installmatrix.judge(case, good, ok_doctor, "g++ -c x", pins))
+    assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
+
+
+    cu12 = installmatrix.Case(cu12_torch, "pip", pins.oeq_line("cu128"))
+    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": pins.oeq_line("cu128").cuda,
+                                      "oeq_version": CU12}, None, "", pins) == []
+    assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu130",
+                                                                             "oeq_version": CU12},
+                                                                        None, "", pins))
+
+
+def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build():
+    pins = P.load()
+    mix = installmatrix.Case(pins.matrix.torch_version, "uv", pins.oeq_line("cu128"), mix=True)
+    seen = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": CU12, "precompiled": True,
+            "built": False, "error": "libcudart.so.12: cannot open shared object file", "ops": []}
+    refused = (1, f"host extension: unusable; openequivariance {CU12} is built for CUDA 12, ...\n")
+    assert installmatrix.judge(mix, seen, refused, "", pins) == []
+    assert installmatrix.judge(mix, {**seen, "built": True}, refused, "", pins)  # it must not load
+    assert installmatrix.judge(mix, seen, (0, "host extension: OpenEquivariance precompiled (x)"), "", pins)
+    assert installmatrix.judge(mix, seen, refused, "g++ -c jit.cpp", pins)  # nor build anything
+
+
+def test_the_plan_covers_every_line_and_the_mix():
+    pins = P.load()
+    cases = installmatrix.plan(pins, None, ["pip", "uv"])
+    got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
+    cu13, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
+    assert (cu12.tested_torch[0], "cu128", "uv", False) in got and (cu13.tested_torch[-1], "cu130", "pip", False) in got
+    assert (pins.matrix.torch_version, "cu128", "pip", True) in got  # the mix: fastmace-oeq-ext's torch
+    # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, 13's 3.13, testing's 3.14)
+    arm = pins.arches["aarch64"]
+    assert (cu13.tested_torch[-1], "cu130", "uv", False) in \
+        {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
+    assert {c.python for c in cases if c.foreign} == set(arm.emulated_pythons)
+    # x86_64: the host's CPython, and Debian testing's 3.14 and 3.15 in their root for the torches that have
+    # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch 2.10.0 has neither)
+    rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
+    assert rooted == {(t, "cu130-x86_64", v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
+                      for t in row["torch"] for i in ("pip", "uv")} and rooted
+    per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
+    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + 1
+    floor, py = cu13.tested_torch[0], sorted(arm.emulated_pythons)[-1]
+    narrow = installmatrix.plan(pins, [floor], ["uv"], ["aarch64"], [py])
+    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [(floor, "cu130-aarch64", py, "uv")]
+    with pytest.raises(installmatrix.UsageError, match="the OEq lines are built for x86_64, aarch64"):
+        installmatrix.plan(pins, None, ["uv"], ["riscv64"])
+    with pytest.raises(installmatrix.UsageError, match="no OEq line is tested on it"):
+        installmatrix.plan(pins, ["2.9.0"], ["pip"])
+
+
+def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypatch):
+    """A shared CPython (setup-python's on GitHub's runner) finds its libpython through LD_LIBRARY_PATH: the
+    install-matrix's and the clean install's checks put the stub driver first and keep the rest (make rehearse-ci
+    found the matrix's check failing to start its venv's python)."""
+    from pathlib import Path
+    from oeq_wheels import stub
+    assert stub.loader_path(Path("/stub"), {"LD_LIBRARY_PATH": "/py/lib"}) == "/stub:/py/lib"
+    assert stub.loader_path(Path("/stub"), {}) == "/stub"
+    import inspect
+    from oeq_wheels.release import cleaninstall, installmatrix
+    for mod in (installmatrix, cleaninstall):
+        assert "stub.loader_path(" in inspect.getsource(mod), mod.__name__
