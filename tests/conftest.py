@@ -112,10 +112,11 @@ def resumed_build(tmp_path_factory, cache):
     return out, facts, c
 
 
-def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64") -> Path:
-    """The one binary openequivariance wheel of an OEq line (cu130, cu128) and architecture in outdir's OUTDIR-extra."""
+def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64", tag: str = "*") -> Path:
+    """The one binary openequivariance wheel of an OEq line (cu130, cu128), architecture and Python tag (cp311-cp311;
+    any, where outdir holds one CPython's build) in outdir's OUTDIR-extra."""
     version = pins_mod.load().oeq_line(line, arch).version(pins_mod.load().oeq.version)
-    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-*_{arch}.whl")
+    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-{tag}-*_{arch}.whl")
     return whl
 
 
@@ -308,20 +309,15 @@ def _unit_tier_offline(request, monkeypatch):
     if not in_unit_tier(request.node):
         yield
         return
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    def loopback_only(real):
+        def connect(self, address):
+            if not _loopback(address):
+                raise OSError(f"{OFFLINE}: {address[0]}")
+            return real(self, address)
+        return connect
 
-    def connect(self, address):
-        if not _loopback(address):
-            raise OSError(f"{OFFLINE}: {address[0]}")
-        return real_connect(self, address)
-
-    def connect_ex(self, address):
-        if not _loopback(address):
-            raise OSError(f"{OFFLINE}: {address[0]}")
-        return real_connect_ex(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    for name in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, loopback_only(getattr(socket.socket, name)))
     for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(k, "http://127.0.0.1:9")  # discard: nothing answers
     for k in ("no_proxy", "NO_PROXY"):

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, oeq_wheel_of
 from oeq_wheels import pins as P, stub, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
@@ -97,17 +97,13 @@ def built(request) -> Path:
 @pytest.fixture(scope="session")
 def cu130_oeq(built) -> Path:
     """Our cu130 binary OEq for CPython 3.11 (x86_64)."""
-    version = P.load().oeq_line("cu130").version(P.load().oeq.version)
-    (whl,) = extra_dir(built).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
-    return whl
+    return oeq_wheel_of(built, "cu130", tag="cp311-cp311")
 
 
 @pytest.fixture(scope="session")
 def cu128_oeq(built) -> Path:
     """Our cu128 binary OEq for CPython 3.11 (x86_64): the CUDA 12 line."""
-    version = P.load().oeq_line("cu128").version(P.load().oeq.version)
-    (whl,) = extra_dir(built).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
-    return whl
+    return oeq_wheel_of(built, "cu128", tag="cp311-cp311")
 
 
 # OEq alone, as `import openequivariance` loads it: its precompiled extension or why not.
