@@ -170,6 +170,7 @@ class Consumer:
 
     wheels: tuple[Pinned, ...]  # its wheel, then what its import needs; pure Python, pinned by sha256
     torch_index: str            # where its README installs torch from (PyTorch's index of torch_local)
+    published: Pinned | None = None  # the owner's earlier fastmace-oeq-ext its users may have (the tests' baseline)
 
     @property
     def wheel(self) -> Pinned:
@@ -438,7 +439,9 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
                         f"({repository.split('/')[0]}) nor an [addresses] upstream; point it at one of those")
     con = data["consumer"]
     consumer = Consumer(tuple(_pinned(w["name"], w["version"], w) for w in con["wheels"]),
-                        f"{con['torch_indexes'].rstrip('/')}/{mat.torch_local}")
+                        f"{con['torch_indexes'].rstrip('/')}/{mat.torch_local}",
+                        _pinned(con["published"]["name"], con["published"]["version"], con["published"])
+                        if "published" in con else None)
     nb = data["nanobind"]
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
     arches = _arches(data)

@@ -54,11 +54,32 @@ class Outcome:
     skipped: list[str] = field(default_factory=list)
 
 
+def pinned() -> dict:
+    """What claims.toml's text may name by placeholder ({floor}, {newest}, ...), from pins.toml: no version is
+    spelled twice, and a re-pin moves the rows and the quoted documents' lines with it."""
+    from oeq_wheels import pins as pins_mod
+    pins = pins_mod.load()
+    cu13, cu12 = pins.oeq_line("cu130").tested_torch, pins.oeq_line("cu128").tested_torch
+    return {"fastmace": pins.consumer.wheel.version, "matrix_torch": pins.matrix.torch_version, "cu130": cu13,
+            "floor": cu13[0], "newest": cu13[-1], "between": ", ".join(cu13[1:-1]), "cu128": cu12[0]}
+
+
+def _rows(entry: dict, values: dict) -> list[Row]:
+    """A row, or with `each = "<line>"` one row per torch the line is tested with ({torch} in its text)."""
+    torches = values[entry["each"]] if "each" in entry else [None]
+    return [Row(fill(entry["name"], values, torch), [fill(t, values, torch) for t in entry.get("tests", [])],
+                fill(entry.get("elsewhere", ""), values, torch)) for torch in torches]
+
+
+def fill(text: str, values: dict, torch: str | None = None) -> str:
+    return text.format(**values, **({"torch": torch} if torch else {}))
+
+
 def load(path: Path = CLAIMS_FILE) -> list[Claim]:
-    data = tomllib.loads(path.read_text())
-    return [Claim(c["id"], c["claim"], [tuple(a) for a in c["at"]], list(c.get("tests", [])), c.get("elsewhere", ""),
-                  [Row(r["name"], list(r.get("tests", [])), r.get("elsewhere", "")) for r in c.get("row", [])],
-                  list(c.get("checks", [])))
+    data, v = tomllib.loads(path.read_text()), pinned()
+    return [Claim(c["id"], fill(c["claim"], v), [(doc, fill(text, v)) for doc, text in c["at"]],
+                  [fill(t, v) for t in c.get("tests", [])], fill(c.get("elsewhere", ""), v),
+                  [row for r in c.get("row", []) for row in _rows(r, v)], list(c.get("checks", [])))
             for c in data["claim"]]
 
 

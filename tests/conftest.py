@@ -175,7 +175,7 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
 
 @pytest.fixture(scope="session")
 def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
-    """A venv over torch_base with OpenEquivariance 0.7.0's Python package, its dependencies and the cp311
+    """A venv over torch_base with OpenEquivariance's Python package, its dependencies and the cp311
     wheel, made once a session; tests use oeq_venv, their own copy of what it adds."""
     from oeq_wheels import venvs
     venv = venvs.overlay(torch_base, tmp_path_factory.mktemp("oeq-stack") / "venv")
@@ -192,7 +192,7 @@ def oeq_venv(oeq_stack, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def fastmace_base(cache) -> Path:
-    """The cached venv: torch 2.14.1+cu130 (as PyTorch's cu130 index serves it) and FastMACE 1.0.0 for CPython
+    """The cached venv: the matrix's torch as PyTorch's index serves it (consumer_torch) and FastMACE for CPython
     3.11; never installed into (see fastmace_venv)."""
     from oeq_wheels import venvs
     return venvs.consumer_venv(pins_mod.load(), cache)
@@ -207,7 +207,7 @@ def fastmace_venv(fastmace_base, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def cp311_plain_oeq(tmp_path_factory, cache) -> Path:
-    """OpenEquivariance 0.7.0 as a user's sdist build leaves it: version 0.7.0, no precompiled extension."""
+    """OpenEquivariance as a user's sdist build leaves it: the pinned version, no precompiled extension."""
     from oeq_wheels.oeq import wheel as oeqpy
     return oeqpy.build_pure(pins_mod.load(), tmp_path_factory.mktemp("plain-oeq"), cache)
 
@@ -222,19 +222,24 @@ def sentinels(tmp_path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def post1_wheel(cache, tmp_path_factory):
-    """The owner's published fastmace-oeq-ext 0.7.0.post1 for cp311 (the real one, by its sha256)."""
-    pin = pins_mod.Pinned("fastmace-oeq-ext", "0.7.0.post1", "fastmace_oeq_ext-0.7.0.post1-cp311-cp311-manylinux_2_28_x86_64.whl",
-                   "a8eb73dd6bcdfda8c016917c54b9d88caa3449c526b059dff7d87ae3e15f4f8f")
+    """The owner's published fastmace-oeq-ext (post1) for cp311: the real one, by pins.toml's sha256."""
+    pin = pins_mod.load().consumer.published
     from oeq_wheels import fetch
     return fetch.ensure([pin], cache)[pin.file]
 
 
 @pytest.fixture(scope="session")
-def post1_torch(post1_wheel) -> str:
-    """The torch post1 was built for, from its own manifest (2.14.1+cu130): fixed, whatever pins.toml's torch is."""
+def post1_manifest(post1_wheel) -> dict:
+    """post1's own manifest.json: the torch and OEq it was built for, fixed whatever pins.toml's are."""
     import json
     import zipfile
-    return json.loads(zipfile.ZipFile(post1_wheel).read("fastmace_oeq_ext/manifest.json"))["torch"]
+    return json.loads(zipfile.ZipFile(post1_wheel).read("fastmace_oeq_ext/manifest.json"))
+
+
+@pytest.fixture(scope="session")
+def post1_torch(post1_manifest) -> str:
+    """The torch post1 was built for, from its own manifest."""
+    return post1_manifest["torch"]
 
 
 UPLOAD_PASSWORD = "pypirc-S3cret-never-printed"
@@ -280,7 +285,8 @@ def unit_of(nodeid: str) -> str:
 UNIT_TIER = REPO / "tests" / "unit"
 INTEGRATION_ONLY = {"cache", "cp311_wheel", "resumed_build", "cp311_oeq_wheel", "abi3_oeq_wheel", "cp311_oeq_aarch64_wheel",
                     "cp311_oeq_cu12_wheel", "torch_base", "torch_venv", "libcuda_stub", "oeq_stack", "oeq_venv",
-                    "fastmace_base", "fastmace_venv", "cp311_plain_oeq", "post1_wheel", "post1_torch", "emulation"}
+                    "fastmace_base", "fastmace_venv", "cp311_plain_oeq", "post1_wheel", "post1_manifest", "post1_torch",
+                    "emulation"}
 OFFLINE = "the unit tier reaches no network (tests/unit); move this test to tests/integration"
 
 

@@ -174,9 +174,9 @@ def abi3_set(cp311_wheel, tmp_path_factory, cache):
 
 @pytest.fixture(scope="module")
 def aarch64_uv_cache(tmp_path_factory):
-    """uv's cache of this module's aarch64 installs (PyPI's aarch64 torch 2.11.0 for CPython 3.11 and 3.13 with its
-    NVIDIA wheels, ~6 GB), removed when the module ends: the suite's peak disk (a later test's pip install of the
-    x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. Each run
+    """uv's cache of this module's aarch64 installs (PyPI's aarch64 torch at the line's floor for CPython 3.11 and
+    3.13 with its NVIDIA wheels, ~6 GB), removed when the module ends: the suite's peak disk (a later test's pip
+    install of the x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. Each run
     downloads them again (~3 GB)."""
     d = tmp_path_factory.mktemp("aarch64-uv-cache")
     yield d
@@ -189,7 +189,7 @@ def aarch64_uv_cache(tmp_path_factory):
 def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_sentinel(emulation, abi3_set, installer,
                                                                                         python, capsys,
                                                                                         aarch64_uv_cache):
-    """The install matrix's aarch64 rows at the line's floor (torch 2.11.0), with Debian 12's CPython 3.11 (its
+    """The install matrix's aarch64 rows at the line's floor torch, with Debian 12's CPython 3.11 (its
     cp311 wheel), Debian 13's 3.13 and Debian testing's 3.14 (the cp312-abi3 wheel): `make install-matrix` runs
     every tested torch. Served as the release serves the site; raises on any failure."""
     floor = P.load().oeq_line("cu130", "aarch64").tested_torch[0]
@@ -203,8 +203,8 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
 def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
                                                                   tmp_path, aarch64_uv_cache):
     """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets:
-    Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the cu130 line's floor
-    (2.11.0), the pinned FastMACE and our aarch64 binary OEq, no fastmace-oeq-ext, no compiler. Today FastMACE
+    Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the cu130 line's floor,
+    the pinned FastMACE and our aarch64 binary OEq, no fastmace-oeq-ext, no compiler. Today FastMACE
     refuses (its prebuilt is x86_64-only and it forces the JIT extension); with the rules OEq loads its own
     precompiled aarch64 extension."""
     pins = P.load()

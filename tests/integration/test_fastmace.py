@@ -1,8 +1,8 @@
-"""The consumer itself: FastMACE 1.0.0's own code decides whether its users get our prebuilt.
+"""The consumer itself: FastMACE's own code (the pinned release) decides whether its users get our prebuilt.
 
-In a venv with torch 2.14.1+cu130 (PyPI's binary, re-versioned as PyTorch's cu130 index serves
-it: that index cannot be reached here) and FastMACE 1.0.0 (pinned by sha256 in pins.toml):
-- post1's world: OEq 0.7.0 as the sdist build leaves it and the real fastmace-oeq-ext 0.7.0.post1;
+In a venv with the matrix's torch as PyTorch's index serves it (PyPI's binary, re-versioned: that index cannot
+be reached here) and FastMACE (pinned by sha256 in pins.toml):
+- post1's world: OEq as the sdist build leaves it and the owner's published fastmace-oeq-ext (post1);
   FastMACE accepts post1, and `pip install -U fastmace-oeq-ext` to ours keeps it accepting;
 - the compiler-free install: our binary OEq and the fastmace-oeq-ext build that names it, from the
   served cu130 index, with every compiler a sentinel;
@@ -72,7 +72,7 @@ def test_fastmace_accepts_post1_then_ours_after_upgrade(fastmace_venv, post1_whe
     pip(fastmace_venv, "--no-deps", "--force-reinstall", str(cp311_plain_oeq), str(post1_wheel))
     out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
     if post1_torch == pins.matrix.consumer_torch:
-        assert_accepted(out, "0.7.0.post1")  # the harness is post1's world: FastMACE takes post1 here
+        assert_accepted(out, pins.consumer.published.version)  # the harness is post1's world: FastMACE takes post1 here
     else:  # a release for a newer torch: post1 is refused there, and the upgrade below is what fixes it
         assert not out["usable"] and out["reason"] == \
             f"fastmace-oeq-ext was built for torch {post1_torch}, installed is {pins.matrix.consumer_torch}", out
@@ -106,11 +106,11 @@ def test_fastmace_accepts_the_compiler_free_install(fastmace_venv, cp311_wheel, 
     # Our doctor says what FastMACE will do.
     doc = subprocess.run([str(fastmace_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True,
                          text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert doc.stdout.splitlines()[1] == "FastMACE 1.0.0: uses this prebuilt; no compiler needed", doc.stdout
+    assert doc.stdout.splitlines()[1] == f"FastMACE {pins.consumer.wheel.version}: uses this prebuilt; no compiler needed", doc.stdout
 
 
 def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq_venv, cache, tmp_path):
-    """PyPI's torch says X.Y.Z, not X.Y.Z+cu13N: FastMACE 1.0.0 refuses the prebuilt, and we say so in one line."""
+    """PyPI's torch says X.Y.Z, not X.Y.Z+cu13N: FastMACE refuses the prebuilt, and we say so in one line."""
     pins = P.load()
     t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
     files = fetch.ensure(list(pins.consumer.wheels), cache)
@@ -120,7 +120,7 @@ def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq
     r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
                        env=dict(env, PYTHONPATH=str(target)))
     assert r.stdout.splitlines()[1] == (
-        f"FastMACE 1.0.0: will not use this prebuilt: fastmace-oeq-ext was built for torch {ct}, installed is "
+        f"FastMACE {pins.consumer.wheel.version}: will not use this prebuilt: fastmace-oeq-ext was built for torch {ct}, installed is "
         f"{t}; instead: pip install --force-reinstall --no-deps torch=={ct} --index-url "
         f"{pins.consumer.torch_index}"), r.stdout
     j = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext", "--json"], capture_output=True,
@@ -143,7 +143,7 @@ def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
            if k not in ("torch", "openequivariance", "python", "extension_version")}
     bad = dict(files, **{"fastmace_oeq_ext/manifest.json": json.dumps(old).encode()})
     (line,) = consumer.problems(bad, "3.11", pins)
-    assert line == (f"fastmace 1.0.0 would not use this wheel with torch {ct} and openequivariance {o}: "
+    assert line == (f"{pins.consumer.label} would not use this wheel with torch {ct} and openequivariance {o}: "
                     f"fastmace-oeq-ext was built for torch None, installed is {ct}")
     # PyPI's torch says X.Y.Z: FastMACE refuses even post1's exact manifest there (its own words).
     answer = consumer.ask(files, "3.11", pins, torch=t)
@@ -192,7 +192,7 @@ def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_pat
     with WheelFile(bad, "w") as wf:
         wf.write_files(str(fixed))
     v = verify_wheel(bad, twine=False)
-    assert any(p.startswith(f"fastmace 1.0.0 would not use this wheel with torch {ct} and openequivariance "
+    assert any(p.startswith(f"{pins.consumer.label} would not use this wheel with torch {ct} and openequivariance "
                             f"{pins.oeq.version}: fastmace-oeq-ext was built for torch {t}, installed is {ct}")
                for p in v.problems), v.problems
 

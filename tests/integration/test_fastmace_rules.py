@@ -1,7 +1,7 @@
-"""The proposed FastMACE rules (contrib/fastmace/oeq_rules.py) with FastMACE 1.0.0's own code.
+"""The proposed FastMACE rules (contrib/fastmace/oeq_rules.py) with FastMACE's own code (the pinned release).
 
 Each row is a venv with torch as `pip install torch==X` gets it from PyPI (distribution version X, no local
-label), the pinned FastMACE 1.0.0 wheel and the OEq (and fastmace-oeq-ext) the row names. FastMACE runs twice
+label), the pinned FastMACE wheel and the OEq (and fastmace-oeq-ext) the row names. FastMACE runs twice
 there, compilers hidden (g++, c++, ninja, nvcc sentinels first on PATH, CXX a sentinel, FASTMACE_OEQ_PREBUILT=1:
 FastMACE must refuse rather than build): as it is (today's answer), then with the rules put over its
 prebuilt_extension, prepare_in_process and doctor check at run time (oeq_rules.install(), as
@@ -10,18 +10,18 @@ prebuilt_extension(), its doctor's OpenEquivariance check, its prepare_in_proces
 openequivariance`; and the `fastmace doctor` command itself.
 
 Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line's tested_torch, the cu128 line's):
-- PyPI's torch 2.14.1 + fastmace-oeq-ext 0.7.0.post1 from PyPI + PyPI's OEq 0.7.0: today refused (2.14.1+cu130
-  != 2.14.1); with the rules the prebuilt is used, nothing compiled;
+- PyPI's copy of post1's torch + the owner's published fastmace-oeq-ext (post1) + PyPI's OEq: today refused
+  (X.Y.Z+cu130 != X.Y.Z); with the rules the prebuilt is used, nothing compiled;
 - every tested CUDA 13 torch of the cu130 line (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
   binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
   never set, `import openequivariance` loads it, nothing compiled;
-- the CUDA 12 torch (2.10.0+cu128, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
+- the CUDA 12 torch (the cu128 line's, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
   names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
 Unpatched FastMACE's rows stay in test_fastmace.py; the aarch64 row (under qemu) is test_aarch64.py's, beside the
 other emulated installs, whose uv cache it shares.
 
-Cost: a uv venv per torch (the cu130 line's five and 2.10.0), each about 5 GB and 10-30 s to make on this machine.
-The matrix's torch (2.14.1) is the cached venv other tests share; every other torch's venv and its own uv cache live
+Cost: a uv venv per torch (the cu130 line's and the cu128 line's), each about 5 GB and 10-30 s to make on this machine.
+The matrix's torch is the cached venv other tests share; every other torch's venv and its own uv cache live
 in the test's tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run
 installs them again. Then the file runs in a few minutes.
 """
@@ -81,7 +81,7 @@ print("RULES " + json.dumps(out, default=str))
 def torches() -> list[str]:
     line = P.load().oeq_line("cu130")
     chosen = os.environ.get("OEQ_RULES_TORCHES", "")
-    if chosen:  # e.g. 2.11.0,2.15.0 (the floor and the newest) for a quicker run by hand
+    if chosen:  # e.g. the floor and the newest for a quicker run by hand
         return chosen.split(",")
     return list(line.tested_torch)  # every tested CUDA 13 torch; docs/fastmace-proposal.md says what it costs
 
@@ -202,8 +202,8 @@ def oeq_item(doctor_out: str) -> str:
 
 def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, post1_torch, cp311_plain_oeq,
                                                                      sentinels, tmp_path):
-    """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch (2.14.1), PyPI's OEq 0.7.0 and the owner's
-    fastmace-oeq-ext 0.7.0.post1 (built for 2.14.1+cu130). Today refused; with the rules the prebuilt, unbuilt."""
+    """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch, PyPI's OEq and the owner's published
+    fastmace-oeq-ext (post1, built for PyTorch's index's torch). Today refused; with the rules the prebuilt, unbuilt."""
     pins = P.load()
     torch = post1_torch.split("+")[0]  # PyPI's copy of the binary post1 was built for
     venv = venv_for(torch, tmp_path)
@@ -218,11 +218,12 @@ def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel,
 
     ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
     assert ours["usable"] and ours["reason"] is None, ours
-    assert ours["extension"]["source"] == "prebuilt" and ours["extension"]["version"] == "0.7.0.post1", ours
+    assert ours["extension"]["source"] == "prebuilt" and ours["extension"]["version"] == pins.consumer.published.version, ours
     assert ours["module"] == str(site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"), ours
     assert ours["ops"] == OPS and ours["built"] is True and ours["precompiled"] is False, ours
     assert ours["env_jit"] == "1"  # PyPI's OEq has no precompiled extension: FastMACE's JIT route, its prebuilt
-    line = f"host extension: prebuilt (fastmace-oeq-ext 0.7.0.post1, {site / 'fastmace_oeq_ext' / 'libtorch_tp_jit.so'}); no compiler needed"
+    line = (f"host extension: prebuilt (fastmace-oeq-ext {pins.consumer.published.version}, "
+            f"{site / 'fastmace_oeq_ext' / 'libtorch_tp_jit.so'}); no compiler needed")
     assert ours["doctor_ok"] and line in ours["doctor"].splitlines(), ours["doctor"]
     assert ours["doctor_runs_it"] and line in ours["cli_doctor"] and ours["cli_doctor"].startswith("[ ok ]"), ours
     assert ours["sentinel_log"] == ""  # nothing compiled, nothing even tried
@@ -243,27 +244,29 @@ print("TABLE " + json.dumps(rows))
 """
 
 
-def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_torch, cp311_plain_oeq, tmp_path):
+def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_manifest, post1_torch, cp311_plain_oeq, tmp_path):
     """On post1's real manifest: where FastMACE refuses for the local label only, the rules accept; where the
     release or torch's CUDA differs, they refuse, in FastMACE's words where FastMACE has words for it."""
     venv = venv_for(post1_torch.split("+")[0], tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
-    cases = [("2.14.1+cu130", "13.0", "0.7.0"), ("2.14.1", "13.0", "0.7.0"),
-             ("2.14.1+cu130", "13.0", "0.7.0+oeqwheels.cu13.1"), ("2.15.0", "13.0", "0.7.0"),
-             ("2.14.1+cu130", "12.8", "0.7.0"), ("2.14.1+cu130", "13.0", "0.7.1")]
+    # post1's torch (with and without PyTorch's local label) and OEq, a binary OEq of that release, another torch
+    # and another OEq release (versions nothing pins), and post1's torch built for CUDA 12.8.
+    pt, o = post1_torch, post1_manifest["openequivariance"]
+    t, other_torch, other_oeq, binary_oeq = pt.split("+")[0], "9.1.0", "9.1.1", f"{o}+oeqwheels.cu13.1"
+    cases = [(pt, "13.0", o), (t, "13.0", o), (pt, "13.0", binary_oeq), (other_torch, "13.0", o), (pt, "12.8", o),
+             (pt, "13.0", other_oeq)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", RULE_TABLE, json.dumps(cases)],
                        capture_output=True, text=True, env=dict(env, OEQ_RULES_DIR=str(RULES_DIR)))
     (line,) = [l for l in r.stdout.splitlines() if l.startswith("TABLE ")] or [r.stderr[-3000:]]
     got = dict(zip(cases, json.loads(line[6:])))
     assert got[cases[0]] == [None, None]
-    assert got[cases[1]] == ["fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1", None]
-    assert got[cases[2]] == ["fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.0+oeqwheels.cu13.1",
-                             None]
-    assert got[cases[3]] == ["fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.15.0"] * 2
-    assert got[cases[4]] == [None, "fastmace-oeq-ext was built for torch 2.14.1+cu130 with CUDA 13.0, installed torch "
-                                   "2.14.1+cu130 is built for CUDA 12.8"]
-    assert got[cases[5]] == ["fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.1"] * 2
+    assert got[cases[1]] == [f"fastmace-oeq-ext was built for torch {pt}, installed is {t}", None]
+    assert got[cases[2]] == [f"fastmace-oeq-ext was built for openequivariance {o}, installed is {binary_oeq}", None]
+    assert got[cases[3]] == [f"fastmace-oeq-ext was built for torch {pt}, installed is {other_torch}"] * 2
+    assert got[cases[4]] == [None, f"fastmace-oeq-ext was built for torch {pt} with CUDA 13.0, installed torch "
+                                   f"{pt} is built for CUDA 12.8"]
+    assert got[cases[5]] == [f"fastmace-oeq-ext was built for openequivariance {o}, installed is {other_oeq}"] * 2
 
 
 @pytest.mark.parametrize("torch", torches())
@@ -316,7 +319,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
 def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel, post1_torch,
                                                                               cp311_plain_oeq, cu130_oeq, cu130_ext,
                                                                               sentinels, tmp_path):
-    """torch 2.14.1+cu130 as FastMACE's README installs it: where FastMACE 1.0.0 takes a prebuilt today (post1 beside
+    """The matrix's torch as FastMACE's README installs it (PyTorch's index): where FastMACE takes a prebuilt today (post1 beside
     PyPI's OEq, where that torch is post1's; ours beside our binary OEq), the rules take the same one; our binary OEq
     alone: OEq's own."""
     pins = P.load()
@@ -324,7 +327,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
     lib = site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"
     rows = [(cu130_oeq, cu130_ext, pins.for_variant("cu130").version)]
     if post1_torch == pins.matrix.consumer_torch:  # re-pinned to a newer torch, post1 is refused (test_fastmace.py)
-        rows.insert(0, (cp311_plain_oeq, post1_wheel, "0.7.0.post1"))
+        rows.insert(0, (cp311_plain_oeq, post1_wheel, pins.consumer.published.version))
     for oeq, ext, version in rows:
         reinstall(fastmace_venv, oeq, ext)
         stub_dir = driver_stub([lib, *sorted((site / "openequivariance" / "_torch" / "extlib").glob("*.so"))],
@@ -351,7 +354,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
 
 def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, sentinels,
                                                                                   tmp_path):
-    """PyPI's torch 2.10.0 (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
+    """PyPI's torch of the cu128 line (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
     refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
     same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
     pins = P.load()

@@ -30,9 +30,9 @@ def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, 
 def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any_compiler(abi3_oeq_wheel, python,
                                                                                           installer, capsys):
     """CPythons no build here has (Debian testing's 3.14 and 3.15, in a root of their own through bubblewrap):
-    a plain pip or uv install of PyPI's torch 2.15.0 and openequivariance from the served cu130 index, every
+    a plain pip or uv install of PyPI's newest tested torch and openequivariance from the served cu130 index, every
     compiler a sentinel before it, takes our cp312-abi3 wheel; OEq loads oeq_stable_cuda.abi3.so with its
-    operators; nothing is built. `make install-matrix` also runs torch 2.14.1 on 3.14 and each with both installers."""
+    operators; nothing is built. `make install-matrix` also runs the matrix's torch on 3.14 and each with both installers."""
     newest = P.load().oeq_line("cu130").tested_torch[-1]
     assert installmatrix.run(abi3_oeq_wheel.parent.with_name("dist"), [newest], [installer], "3.11",
                              arches=["x86_64"], emulated_pythons=[python], plain=False) == 0

@@ -28,8 +28,8 @@ def test_name_version_and_contents(cp311_oeq_wheel, cache):
                 arc = path.relative_to(root).as_posix()
                 assert zf.read(arc) == path.read_bytes(), arc
     assert {EXTLIB + "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", EXTLIB + "liboeq_stable_cuda_aoti.so"} <= names
-    # METADATA is the sdist's PKG-INFO with the version changed, and `packaging` (which OEq 0.7.0
-    # imports without declaring it) added after its own requirements; it still satisfies ==0.7.0.
+    # METADATA is the sdist's PKG-INFO with the version changed, and `packaging` (which OEq
+    # imports without declaring it) added after its own requirements; it still satisfies ==<OEq's version>.
     want = (root / "PKG-INFO").read_text().replace(f"Version: {P.load().oeq.version}\n", f"Version: {VERSION}\n", 1)
     want = want.replace("Requires-Dist: pybind11\n", "Requires-Dist: pybind11\nRequires-Dist: packaging\n", 1)
     assert meta == want
@@ -92,7 +92,7 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
 
 
 def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
-    """OEq from `wheel` (first on PYTHONPATH) in a torch 2.14.1 venv (CPU, stub libcuda), compilers replaced by
+    """OEq from `wheel` (first on PYTHONPATH) in a venv of the matrix's torch (CPU, stub libcuda), compilers replaced by
     sentinels: activate(), import OEq's extlib, then the doctor. Returns (result, doctor)."""
     sbin, log = sentinels
     site = tmp_path / "site"
@@ -122,7 +122,7 @@ def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
 
 
 def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path):
-    """Built against torch 2.11.0's headers, loaded by OEq 0.7.0 into torch 2.14.1 (CPU, stub libcuda).
+    """Built against the line's floor torch's headers, loaded by OEq into the matrix's newer torch (CPU, stub libcuda).
 
     The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
     res, d, site = run_in_torch_venv(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path)

@@ -62,7 +62,7 @@ def test_upgrade_download_hashes_and_index_url_from_the_served_site(cp311_wheel,
     venv = tmp_path / "venv"
     subprocess.run([py, "-m", "venv", str(venv)], check=True)
     vpy = str(venv / "bin" / "python")
-    # OEq 0.7.0 as a user's sdist build leaves it (plain version 0.7.0, no precompiled extension).
+    # OEq as a user's sdist build leaves it (its plain version, no precompiled extension).
     plain = oeqpy.build_pure(pins, tmp_path / "plain", cache)
     subprocess.run([vpy, "-m", "pip", "install", "-q", "--no-deps", str(plain)], check=True, env=pip_env())
     version = lambda: subprocess.run([vpy, "-c", "import importlib.metadata as m; print(m.version('openequivariance'))"],
@@ -99,8 +99,9 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     r = run_cli("rehearse", str(cp311_wheel.parent), "--installer", "pip", "--command", "0")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     # Renamed: the three OEq wheels (cu130 x86_64 and aarch64, cu128) and the cu130 fastmace-oeq-ext (+ -> .).
-    assert re.search(r"the host renamed 4, e.g. \S+-0.7.0(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
-                     r"\S+-0.7.0(\.post\d+)?.oeqwheels.cu1", r.stderr), r.stderr
+    v = re.escape(P.load().oeq.version)
+    assert re.search(rf"the host renamed 4, e.g. \S+-{v}(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
+                     rf"\S+-{v}(\.post\d+)?.oeqwheels.cu1", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
     assert f"README: {P.load().install_lines()[0]}" in r.stderr
     assert "OEq precompiled (our binary wheel)" in r.stdout and "PASS" in r.stdout

@@ -1,4 +1,4 @@
-"""fastmace_oeq_ext with the real torch 2.14.1 and OpenEquivariance 0.7.0 (CPU, stub libcuda)."""
+"""fastmace_oeq_ext with the real torch and OpenEquivariance of the pins (CPU, stub libcuda)."""
 import json
 import os
 import shutil
@@ -111,7 +111,7 @@ def test_oeq_imported_first_is_reported(oeq_venv, libcuda_stub, sentinels, tmp_p
     env = {"PROBE_IMPORT_OEQ_FIRST": "1", "OEQ_CUDA_FROM_WHEELS": "0", "LD_LIBRARY_PATH": str(libcuda_stub)}
     res = probe(oeq_venv, env, tmp_path, sentinels[0])
     assert res["status"]["state"] == "skipped" and "imported before activate()" in res["status"]["reason"]
-    # Its own extensions directory: stock OEq leaves torch's lock file behind, and OEq 0.7.0
+    # Its own extensions directory: stock OEq leaves torch's lock file behind, and OEq
     # itself (imported first, so nothing of ours runs) would wait 5 minutes on it.
     res = probe(oeq_venv, {**env, "FASTMACE_OEQ_PREBUILT": "1", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext2")},
                 tmp_path, sentinels[0])
@@ -128,7 +128,7 @@ def test_oeq_own_precompiled_extension_is_left_alone(oeq_venv, tmp_path):
 
 
 def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, tmp_path):
-    """Stock OEq 0.7.0 cannot build here (torch guesses a CUDA_HOME without headers); with the
+    """Stock OEq cannot build here (torch guesses a CUDA_HOME without headers); with the
     NVIDIA-wheel fallback it builds and loads, nvcc hidden behind a failing sentinel."""
     from oeq_wheels import sentinels
     log = tmp_path / "nvcc.log"
@@ -202,7 +202,7 @@ def test_doctor_lines(oeq_venv, tmp_path):
 
 
 def test_our_manifest_carries_every_key_of_the_published_post1_in_its_format(post1_wheel, cp311_wheel):
-    """FastMACE 1.0.0 reads post1's keys (CONSUMER_KEYS): the published post1 manifest has each, and ours carries
+    """FastMACE reads post1's keys (CONSUMER_KEYS): the published post1 manifest has each, and ours carries
     each with the type of post1's value and the pinned builds' values."""
     from fastmace_oeq_ext.manifest import CONSUMER_KEYS
     name = "fastmace_oeq_ext/manifest.json"

@@ -14,10 +14,10 @@ from oeq_wheels.output import extra_dir
 
 
 @pytest.mark.parametrize("name, hosted", [
-    ("openequivariance-0.7.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",
-     "openequivariance-0.7.0.oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
-    ("fastmace_oeq_ext-0.7.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl",
-     "fastmace_oeq_ext-0.7.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("openequivariance-9.1.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+     "openequivariance-9.1.0.oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("fastmace_oeq_ext-9.1.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl",
+     "fastmace_oeq_ext-9.1.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl"),
     ("SHA256SUMS", "SHA256SUMS"), ("a b~(c).whl", "a.b..c..whl"), (".hidden.", "hidden")])
 def test_the_release_hosts_renaming_rule(name, hosted):
     assert site.release_asset_name(name) == hosted

@@ -41,17 +41,17 @@ def test_the_table_judges_each_claim_by_its_tests():
 
 
 def test_a_claim_with_rows_says_which_rows_ran_here_and_which_are_proven_elsewhere():
-    rows = [claims.Row("2.11.0", ["tests/t.py::test_load[2.11.0]"]), claims.Row("2.12.1", ["tests/t.py::test_load[2.12.1]"]),
+    rows = [claims.Row("9.1.0", ["tests/t.py::test_load[9.1.0]"]), claims.Row("9.2.3", ["tests/t.py::test_load[9.2.3]"]),
             claims.Row("pip and uv", [], "make install-matrix")]
     c = claims.Claim("torch", "t", [], [], rows=rows, checks=["tests/t.py::test_yaml"])
-    both = {"tests/t.py::test_load[2.11.0]": ("passed", ""), "tests/t.py::test_load[2.12.1]": ("passed", ""),
+    both = {"tests/t.py::test_load[9.1.0]": ("passed", ""), "tests/t.py::test_load[9.2.3]": ("passed", ""),
             "tests/t.py::test_yaml": ("passed", "")}
     assert (claims.judge(c, both).state, claims.judge(c, both).detail) == \
         ("PASS", "2/3 rows here; 1 elsewhere: pip and uv")
-    narrowed = {k: v for k, v in both.items() if "2.12.1" not in k}  # OEQ_RULES_TORCHES=2.11.0, say
+    narrowed = {k: v for k, v in both.items() if "9.2.3" not in k}  # OEQ_RULES_TORCHES=9.1.0, say
     assert (claims.judge(c, narrowed).state, claims.judge(c, narrowed).detail) == \
-        ("PARTIAL", "1/3 rows here; 1 not run: 2.12.1; 1 elsewhere: pip and uv")
-    assert claims.judge(c, {**both, "tests/t.py::test_load[2.12.1]": ("failed", "")}).state == "FAIL"
+        ("PARTIAL", "1/3 rows here; 1 not run: 9.2.3; 1 elsewhere: pip and uv")
+    assert claims.judge(c, {**both, "tests/t.py::test_load[9.2.3]": ("failed", "")}).state == "FAIL"
     # a text check proves no row: with only it run, nothing here is proven
     assert claims.judge(c, {"tests/t.py::test_yaml": ("passed", "")}).state == "NOT RUN"
     only_text = claims.Claim("arm", "a", [], [], "the arm runner", checks=["tests/t.py::test_yaml"])
@@ -62,8 +62,8 @@ def test_removing_a_rows_test_or_its_parameter_is_caught():
     entries = claims.load()
     torch = next(c for c in entries if c.id == "torch-row")
     assert len(torch.rows) > 3 and all(r.tests or r.elsewhere for r in torch.rows)
-    bare = claims.Claim(torch.id, torch.claim, torch.at, [], rows=[claims.Row("2.12.1", [])], checks=torch.checks)
-    assert claims.missing_tests([bare]) == ["torch-row: row '2.12.1' names no test and nowhere else"]
+    bare = claims.Claim(torch.id, torch.claim, torch.at, [], rows=[claims.Row("9.2.3", [])], checks=torch.checks)
+    assert claims.missing_tests([bare]) == ["torch-row: row '9.2.3' names no test and nowhere else"]
     gone_param = claims.Claim("p", "p", [], [], rows=[claims.Row(
         "9.9.9", ["tests/integration/test_fastmace_rules.py::test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension[9.9.9]"])])
     assert claims.missing_parameters([gone_param]) == [

@@ -8,8 +8,8 @@ from oeq_wheels.release.cleaninstall import judge
 
 GOOD_PROBE = {"usable": True, "extension": {"source": "prebuilt"}, "ops": ["a", "b", "c"]}
 GOOD_SMOKE = {"ok": True, "backend": "hybrid", "oeq_extension": {"source": "prebuilt"}}
-DOCTOR_OK = ("[ ok ] OpenEquivariance: openequivariance 0.7.0+oeqwheels.cu13.1; looked up, not imported\n"
-             "       host extension: prebuilt (fastmace-oeq-ext 0.7.0.post4, /x/libtorch_tp_jit.so); no compiler needed\n")
+DOCTOR_OK = ("[ ok ] OpenEquivariance: openequivariance 4.5.6+oeqwheels.cu13.1; looked up, not imported\n"
+             "       host extension: prebuilt (fastmace-oeq-ext 4.5.6.post9, /x/libtorch_tp_jit.so); no compiler needed\n")
 
 
 def test_judge_passes_only_when_everything_holds():

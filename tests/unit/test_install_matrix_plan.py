@@ -61,7 +61,7 @@ def test_the_plan_covers_every_line_and_the_mix():
         {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
     assert {c.python for c in cases if c.foreign} == set(arm.emulated_pythons)
     # x86_64: the host's CPython, and Debian testing's 3.14 and 3.15 in their root for the torches that have
-    # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch 2.10.0 has neither)
+    # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch has neither)
     rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
     assert rooted == {(t, "cu130-x86_64", v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
                       for t in row["torch"] for i in ("pip", "uv")} and rooted

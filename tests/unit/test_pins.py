@@ -1,4 +1,5 @@
 import re
+import tomllib
 
 import pytest
 
@@ -21,11 +22,22 @@ def test_release_matrix_pins_all_pythons_and_hashes():
     assert all(v.split(".")[0] in (pins.matrix.cuda_major, "12") for v in names.values())  # cuSPARSE/cuSOLVER: 12.x
 
 
+def override_matrix() -> str:
+    """A matrix beside the release's that builds fastmace-oeq-ext: the cu130 line's torch (the GPU proof's)."""
+    name = P.load().oeq_line("cu130").torch_matrix
+    assert name != P.load().matrix.name
+    return name
+
+
 def test_override_matrix_is_not_a_release_version():
-    pins = P.load("torch-2.11.0")
-    assert pins.matrix.torch_version == "2.11.0"
-    assert pins.version == P.load().base_version + "+torch2.11.0"  # PyPI refuses local versions
-    assert {n.name: n.version for n in pins.matrix.nvidia}["nvidia-cublas"] == "13.1.0.3"
+    name = override_matrix()
+    pins = P.load(name)
+    tv = pins.matrix.torch_version
+    assert pins.matrix.name == name == f"torch-{tv}"
+    assert pins.version == P.load().base_version + f"+torch{tv}"  # PyPI refuses local versions
+    # its own NVIDIA wheels, as its table names them (not the release matrix's)
+    table = tomllib.loads(P.PINS_FILE.read_text())["matrix"][name]
+    assert [n.requirement for n in pins.matrix.nvidia] == table["nvidia"]
 
 
 def test_unknown_matrix_names_the_known_ones():
@@ -43,7 +55,7 @@ def test_unknown_python_is_refused_with_the_pinned_list():
 
 
 def test_matrices_share_nvidia_entries_and_names_follow_from_the_pins():
-    a, b = P.load(), P.load("torch-2.11.0")
+    a, b = P.load(), P.load(override_matrix())
     shared = {n.requirement for n in a.matrix.nvidia} & {n.requirement for n in b.matrix.nvidia}
     # A requirement both name is one [nvidia] entry: the same file and sha256 for both (today all but cuBLAS).
     assert all({n.requirement: n for n in a.matrix.nvidia}[r] == {n.requirement: n for n in b.matrix.nvidia}[r]
@@ -53,45 +65,56 @@ def test_matrices_share_nvidia_entries_and_names_follow_from_the_pins():
     ob = a.oeq_binary
     assert ob is a.oeq_line("cu130") and ob.cuda_major == "13"
     assert ob.runpath() == "$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cu13/lib"
-    assert ob.version("0.7.0").startswith("0.7.0+") and ob.torch.version == "2.11.0"
-    # The oldest NVIDIA wheels any supported torch pins: cuBLAS 13.1.0.3 is torch 2.11.0's.
-    assert {n.name: n.version for n in ob.nvidia}["nvidia-cublas"] == "13.1.0.3"
+    assert ob.version(a.oeq.version) == f"{a.oeq.version}+{ob.local_version}"
+    # Built against the oldest supported torch (its floor's release, the first the line is tested with) ...
+    assert ob.torch.version == b.matrix.torch_version == ob.tested_torch[0]
+    assert ob.torch.version.startswith(ob.torch_min + ".")
+    # ... and the oldest NVIDIA wheels any supported torch pins: that torch's (its cuBLAS, not the release matrix's).
+    assert {n.requirement for n in ob.nvidia} <= {n.requirement for n in b.matrix.nvidia}
+    assert {n.name: n.version for n in ob.nvidia}["nvidia-cublas"] == \
+        {n.name: n.version for n in b.matrix.nvidia}["nvidia-cublas"]
 
 
 def test_the_cuda12_line_is_a_pins_table_over_torch_2_10_and_its_cu12_wheels():
     pins = P.load()
     assert pins.line_names == ("cu130", "cu128")  # newest CUDA first
     assert [l.key for l in pins.oeq_lines] == ["cu130-x86_64", "cu130-aarch64", "cu128-x86_64"]
-    cu12 = pins.oeq_line("cu128")
-    assert cu12.version("0.7.0") == "0.7.0+oeqwheels.cu12.8.1" and cu12.cuda_major == "12"
-    assert (cu12.torch.version, cu12.torch_local, cu12.torch_min) == ("2.10.0", "cu128", "2.10")
+    cu12, oeq = pins.oeq_line("cu128"), pins.oeq.version
+    assert cu12.version(oeq) == f"{oeq}+oeqwheels.cu12.8.1" and cu12.cuda_major == "12"
+    # its torch: the one it is tested with, PyPI's only CUDA 12 torch with OEq's stable extension (2.10 on)
+    assert (cu12.torch_local, cu12.torch_min) == ("cu128", "2.10") and cu12.torch.version == cu12.tested_torch[0]
+    assert cu12.torch.version.startswith(cu12.torch_min + ".")
     assert cu12.cuda_sonames() == ("libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12")
     assert cu12.runpath() == ("$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cuda_runtime/lib:"
                               "$ORIGIN/../../../nvidia/cuda_nvrtc/lib:$ORIGIN/../../../nvidia/cublas/lib")
-    # Exactly torch 2.10.0's pins for what it links (its METADATA: runtime 12.8.90, nvrtc 12.8.93, cublas 12.8.4.1).
-    assert {n.name: n.version for n in cu12.nvidia if n.libs} == {
-        "nvidia-cuda-runtime-cu12": "12.8.90", "nvidia-cuda-nvrtc-cu12": "12.8.93", "nvidia-cublas-cu12": "12.8.4.1"}
+    # Exactly its torch's pins for what it links (its METADATA's runtime, nvrtc and cublas, which the torch's matrix
+    # table records), all of the line's CUDA 12.8 release.
+    linked = {n.name: n.version for n in cu12.nvidia if n.libs}
+    assert set(linked) == {"nvidia-cuda-runtime-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-cublas-cu12"}
+    torch_pins = tomllib.loads(P.PINS_FILE.read_text())["matrix"][cu12.torch_matrix]["nvidia"]
+    assert {f"{n}=={v}" for n, v in linked.items()} <= set(torch_pins)
+    assert all(v.startswith(cu12.cuda + ".") for v in linked.values()), linked
     assert set(cu12.pythons) == set(pins.oeq_binary.pythons)
     assert pins.oeq_binary_inputs()[0] == pins.oeq and len(set(pins.oeq_binary_inputs())) == len(pins.oeq_binary_inputs())
     with pytest.raises(P.PinsError, match="serves an OEq line only"):
-        P.load("torch-2.10.0")  # no fastmace-oeq-ext build for CUDA 12
+        P.load(cu12.torch_matrix)  # no fastmace-oeq-ext build for CUDA 12
     with pytest.raises(P.PinsError, match="no OEq line 'cu999'"):
         pins.oeq_line("cu999")
     with pytest.raises(P.PinsError, match="no OEq line 'cu128' for aarch64"):
-        pins.oeq_line("cu128", "aarch64")  # PyPI's aarch64 torch 2.10.0 is a CPU build
+        pins.oeq_line("cu128", "aarch64")  # PyPI's aarch64 build of that torch is a CPU build
 
 
 def test_an_architecture_is_a_pins_table_and_its_files_are_pinned_beside_x86_64s():
     pins = P.load()
     x86, arm = pins.oeq_line("cu130"), pins.oeq_line("cu130", "aarch64")
     # The same line: one version, one index, one floor; only the files and the target differ.
-    assert (arm.version("0.7.0"), arm.name, arm.torch_min, arm.pythons) == \
-        (x86.version("0.7.0"), x86.name, x86.torch_min, x86.pythons)
+    assert (arm.version(pins.oeq.version), arm.name, arm.torch_min, arm.pythons) == \
+        (x86.version(pins.oeq.version), x86.name, x86.torch_min, x86.pythons)
     assert arm.arch.platform_tag == "manylinux_2_28_aarch64" and arm.arch.elf_machine == "EM_AARCH64"
     assert arm.ext_suffix("3.11") == ".cpython-311-aarch64-linux-gnu.so"
     assert x86.ext_suffix("3.11") == ".cpython-311-x86_64-linux-gnu.so"
     assert arm.ext_suffix("3.12") == x86.ext_suffix("3.12") == ".abi3.so"  # the stable-ABI build: no triplet
-    assert arm.torch.file == "torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    assert arm.torch.file == f"torch-{x86.torch.version}-cp312-cp312-manylinux_2_28_aarch64.whl"
     assert [(n.name, n.version, n.libs) for n in arm.nvidia] == [(n.name, n.version, n.libs) for n in x86.nvidia]
     assert all("aarch64" in n.file for n in arm.nvidia) and not any("aarch64" in n.file for n in x86.nvidia)
     assert arm.runpath() == x86.runpath()  # nvidia/cu13/lib on both
@@ -101,11 +124,12 @@ def test_an_architecture_is_a_pins_table_and_its_files_are_pinned_beside_x86_64s
 
 def test_an_architecture_without_its_files_is_one_clear_line(tmp_path):
     text = P.PINS_FILE.read_text()
-    start = text.index('[nvidia."nvidia-cublas==13.1.0.3".arch.aarch64]')
+    (cublas,) = [n.requirement for n in P.load().oeq_line("cu130", "aarch64").nvidia if n.name == "nvidia-cublas"]
+    start = text.index(f'[nvidia."{cublas}".arch.aarch64]')
     end = text.index("\n\n", start)
     bad = tmp_path / "pins.toml"
     bad.write_text(text[:start] + text[end:])
-    with pytest.raises(P.PinsError, match=r'\[nvidia."nvidia-cublas==13.1.0.3"\] pins no aarch64 file'):
+    with pytest.raises(P.PinsError, match=re.escape(f'[nvidia."{cublas}"] pins no aarch64 file')):
         P.load(path=bad)
     bad.write_text(text.replace('arches = ["x86_64", "aarch64"]', 'arches = ["x86_64", "riscv64"]'))
     with pytest.raises(P.PinsError, match="arches names 'riscv64'"):
@@ -138,7 +162,8 @@ def test_from_the_abi3_cpython_on_one_stable_abi_wheel_serves_every_later_cpytho
     assert line.pythons == ("3.10", "3.11", "3.12") and line.abi3 == "3.12"
     assert [line.abi_tag(v) for v in line.pythons] == ["cp310", "cp311", "abi3"]
     from oeq_wheels.release.site import _requires_python  # what the index says, from the wheel's tag
-    assert [_requires_python(f"openequivariance-0.7.0-{P.cp_tag(v)}-{line.abi_tag(v)}-manylinux_2_28_x86_64.whl")
+    oeq = line.version(P.load().oeq.version)
+    assert [_requires_python(f"openequivariance-{oeq}-{P.cp_tag(v)}-{line.abi_tag(v)}-manylinux_2_28_x86_64.whl")
             for v in line.pythons] == ["==3.10.*", "==3.11.*", ">=3.12"]
     assert all(line.serves(v) for v in ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15", "3.99")) and not line.serves("3.9")
     # nanobind's linked stable ABI needs 3.12, and the abi3 build is the last one built

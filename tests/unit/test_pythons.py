@@ -18,7 +18,7 @@ def test_missing_python_names_what_was_found(monkeypatch):
 
 
 def test_a_release_torch_without_a_cpython_narrows_fastmace_oeq_ext_only():
-    """As after `make pins ARGS="--torch 2.15.0 --python 3.11,3.12,3.13"` (PyPI's 2.15.0 has no cp310 wheel)."""
+    """As after `make pins ARGS="--torch 9.3.0 --python 3.11,3.12,3.13"` (a torch release with no cp310 wheel)."""
     import dataclasses
     from oeq_wheels import build, pins as P
     pins = P.load()

@@ -169,9 +169,9 @@ def test_second_call_reuses_the_copy_until_the_source_changes(tmp_path):
 
 
 def test_build_tag_and_tags_are_kept_as_spelled():
-    old, new, name = reversion._names("torch-2.10.0-3-cp312-cp312-manylinux_2_28_x86_64.whl", "cu130")
-    assert (str(old), str(new)) == ("2.10.0", "2.10.0+cu130")
-    assert name == "torch-2.10.0+cu130-3-cp312-cp312-manylinux_2_28_x86_64.whl"
+    old, new, name = reversion._names("torch-9.1.0-3-cp312-cp312-manylinux_2_28_x86_64.whl", "cu130")
+    assert (str(old), str(new)) == ("9.1.0", "9.1.0+cu130")
+    assert name == "torch-9.1.0+cu130-3-cp312-cp312-manylinux_2_28_x86_64.whl"
     _, _, name = reversion._names("nvidia_x-1.0-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", "CU130")
     assert name == "nvidia_x-1.0+cu130-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 

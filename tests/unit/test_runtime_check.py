@@ -8,19 +8,22 @@ import pytest
 import fastmace_oeq_ext as rt
 from fastmace_oeq_ext.manifest import Input, Manifest, ManifestError
 
-GOOD_ENV = {"torch_version": "2.14.1+cu130", "torch_cuda": "13.0", "cxx11_abi": 1, "oeq_version": "0.7.0",
+# A made-up build: the runtime compares the installed versions with its manifest's, never with any release's, so no
+# pinned version is needed (a newer torch and OEq than the build's are made up too).
+TORCH, NEWER_TORCH, OEQ, NEWER_OEQ = "9.2.3", "9.3.0", "4.5.6", "4.5.7"
+GOOD_ENV = {"torch_version": f"{TORCH}+cu130", "torch_cuda": "13.0", "cxx11_abi": 1, "oeq_version": OEQ,
             "python_tag": "cp311", "system": "Linux", "machine": "x86_64"}
 
 
 def make_manifest(lib_sha256: str, **change) -> Manifest:
     pin = Input("x", "1", "x-1.whl", "0" * 64)
-    m = Manifest(package="fastmace-oeq-ext", version="0.7.0.post4", variant="pypi", openequivariance="0.7.0",
-                 torch="2.14.1+cu130", torch_index="https://download.pytorch.org/whl/cu130", oeq_version="0.7.0",
-                 oeq_sdist=pin, torch_version="2.14.1", torch_local="cu130", cuda="13.0", cxx11_abi=1,
-                 torch_git_version="abc", torch_wheel=pin, python_tag="cp311", python_built_with="3.11.7",
+    m = Manifest(package="fastmace-oeq-ext", version=f"{OEQ}.post9", variant="pypi", openequivariance=OEQ,
+                 torch=f"{TORCH}+cu130", torch_index="https://download.pytorch.org/whl/cu130", oeq_version=OEQ,
+                 oeq_sdist=pin, torch_version=TORCH, torch_local="cu130", cuda="13.0", cxx11_abi=1,
+                 torch_git_version="abc", torch_wheel=pin, python_tag="cp311", python_built_with="3.11.99",
                  platform_tag="manylinux_2_28_x86_64", library="libtorch_tp_jit.so", library_sha256=lib_sha256,
-                 glibc_max_symbol="GLIBC_2.14", extension_name="libtorch_tp_jit", cuda_wheels=(pin,), pybind11="3.1.0",
-                 pybind11_wheel=pin, compiler="GCC 12.2.0", cxx_std="c++20", flags=("-O3",), matrix="torch-2.14.1")
+                 glibc_max_symbol="GLIBC_2.14", extension_name="libtorch_tp_jit", cuda_wheels=(pin,), pybind11="8.7.6",
+                 pybind11_wheel=pin, compiler="GCC 98.7.6", cxx_std="c++20", flags=("-O3",), matrix=f"torch-{TORCH}")
     return dataclasses.replace(m, **change)
 
 
@@ -36,15 +39,15 @@ def manifest(tmp_path):
 def test_exact_match_is_usable(manifest):
     d = rt.check(manifest, GOOD_ENV)
     assert d.usable and d.library == str(manifest.parent / "libtorch_tp_jit.so")
-    # PyPI's distribution version is plain 2.14.1 while version.py says +cu130: the same build.
-    assert rt.check(manifest, {**GOOD_ENV, "torch_version": "2.14.1"}).usable
+    # PyPI's distribution version is the plain release while version.py says +cu130: the same build.
+    assert rt.check(manifest, {**GOOD_ENV, "torch_version": TORCH}).usable
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"torch_version": "2.15.0+cu130"}, "torch 2.15.0+cu130 installed"),
-    ({"torch_version": "2.14.1+cu126", "torch_cuda": "12.6"}, "CUDA 12.6"),
-    ({"torch_version": "2.14.1+cu126"}, "cu126 build"),
-    ({"torch_version": "2.14.1+cpu", "torch_cuda": None}, "CUDA None"),
+    ({"torch_version": f"{NEWER_TORCH}+cu130"}, f"torch {NEWER_TORCH}+cu130 installed"),
+    ({"torch_version": f"{TORCH}+cu126", "torch_cuda": "12.6"}, "CUDA 12.6"),
+    ({"torch_version": f"{TORCH}+cu126"}, "cu126 build"),
+    ({"torch_version": f"{TORCH}+cpu", "torch_cuda": None}, "CUDA None"),
     ({"cxx11_abi": 0}, "ABI=0"),
     ({"oeq_version": "0.6.9"}, "openequivariance 0.6.9"),
     ({"oeq_version": None}, "openequivariance is not installed"),
@@ -95,7 +98,7 @@ def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
     for field, bad in [("library", {}), ("library", 7), ("library_sha256", None), ("cxx11_abi", "1"),
                        ("cuda_wheels", {}), ("cuda_wheels", [{"name": "x"}]), ("flags", [1]), ("schema", 1),
                        ("torch_wheel", "torch.whl"), ("package", ""), ("python", "cp312"), ("sha256", "0" * 64),
-                       ("extension_version", "0.7.0.post1")]:
+                       ("extension_version", f"{OEQ}.post1")]:
         manifest.write_text(json.dumps({**good, field: bad}))
         d = rt.check(manifest, GOOD_ENV)  # never raises
         assert not d.usable and d.reason.startswith("manifest unreadable") and field.split("[")[0] in d.reason, d
@@ -106,15 +109,15 @@ def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
 
 
 def test_a_local_rebuild_of_the_same_oeq_release_matches(manifest):
-    assert rt.check(manifest, {**GOOD_ENV, "oeq_version": "0.7.0+oeqwheels.cu13.1"}).usable
-    assert not rt.check(manifest, {**GOOD_ENV, "oeq_version": "0.7.1+oeqwheels.cu13.1"}).usable
+    assert rt.check(manifest, {**GOOD_ENV, "oeq_version": f"{OEQ}+oeqwheels.cu13.1"}).usable
+    assert not rt.check(manifest, {**GOOD_ENV, "oeq_version": f"{NEWER_OEQ}+oeqwheels.cu13.1"}).usable
 
 
 # ---- resolve(): the one decision behind activate(), status() and the doctor --------------
 
 def env_with(tmp_path, **change):
     """Facts as resolve.environment() reports them, for a machine without a CUDA toolkit."""
-    env = {**GOOD_ENV, "torch_version": "2.14.1+cu130", "torch_hip": None, "torch_site": str(tmp_path / "site"),
+    env = {**GOOD_ENV, "torch_version": f"{TORCH}+cu130", "torch_hip": None, "torch_site": str(tmp_path / "site"),
            "oeq_extlib": None, "oeq_jit_forced": False, "cuda_home": None, "cuda_home_usable": False,
            "tools": {"g++": "/usr/bin/g++", "ninja": "/usr/bin/ninja"}, "from_wheels": "auto"}
     env.update(change)
@@ -147,12 +150,18 @@ def build_record(cuda_major: str, torch_min: str, version: str) -> str:
                     files=(FileHash("a.so", "0" * 64),), cuda_wheels=(pin,), nanobind=pin, compiler="g++").to_json()
 
 
+# Two made-up binary OEq lines, as their build records say them (CUDA major, torch floor, version), and a torch below
+# the CUDA 13 line's floor: the decision reads the record, never the pins.
+CU13_LINE, CU12_LINE = ("13", "9.1", f"{OEQ}+oeqwheels.cu13.1"), ("12", "9.0", f"{OEQ}+oeqwheels.cu12.8")
+BELOW_CU13_FLOOR = "9.0.5"
+
+
 @pytest.mark.parametrize("torch, cuda, record, refused", [
-    ("2.14.1+cu130", "13.0", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), None),
-    ("2.10.0+cu128", "12.8", ("12", "2.10", "0.7.0+oeqwheels.cu12.8"), None),
-    ("2.14.1+cu130", "13.0", ("12", "2.10", "0.7.0+oeqwheels.cu12.8"), ("built for CUDA 12", "cu130")),
-    ("2.10.0+cu128", "12.8", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), ("built for torch >= 2.11", "cu128")),
-    ("2.12.1+cu128", "12.8", ("13", "2.11", "0.7.0+oeqwheels.cu13.1"), ("built for CUDA 13", "cu128")),
+    (f"{TORCH}+cu130", "13.0", CU13_LINE, None),
+    (f"{BELOW_CU13_FLOOR}+cu128", "12.8", CU12_LINE, None),
+    (f"{TORCH}+cu130", "13.0", CU12_LINE, ("built for CUDA 12", "cu130")),
+    (f"{BELOW_CU13_FLOOR}+cu128", "12.8", CU13_LINE, (f"built for torch >= {CU13_LINE[1]}", "cu128")),
+    (f"{TORCH}+cu128", "12.8", CU13_LINE, ("built for CUDA 13", "cu128")),
 ])
 def test_a_binary_oeq_of_another_cuda_line_is_refused_in_one_line(tmp_path, manifest, torch, cuda, record, refused):
     """The build record knows the line's CUDA: a mix is an error (OEq would load the library and fail), never a build."""
@@ -192,16 +201,16 @@ def test_prebuilt_then_its_refusal_then_the_fallbacks(tmp_path, manifest):
     assert res.chosen.path == str(manifest.parent / "libtorch_tp_jit.so")
     # A different torch: the prebuilt is refused with its reason, the NVIDIA wheels are missing
     # here, and torch's CUDA_HOME has no headers: nothing is taken, and every reason is kept.
-    res = rt.resolve(env_with(tmp_path, torch_version="2.15.0+cu130"), environ={}, manifest_path=manifest)
+    res = rt.resolve(env_with(tmp_path, torch_version=f"{NEWER_TORCH}+cu130"), environ={}, manifest_path=manifest)
     assert res.chosen is None and [c.name for c in res.candidates] == \
         ["oeq-precompiled", "prebuilt", "nvidia-wheels", "host-toolchain"]
-    assert "torch 2.15.0+cu130 installed" in res.candidates[1].reason
+    assert f"torch {NEWER_TORCH}+cu130 installed" in res.candidates[1].reason
     assert "has no CUDA headers" in res.candidates[3].reason
     # A toolkit with headers: the host toolchain is taken.
     home = tmp_path / "cuda"
     (home / "include").mkdir(parents=True)
-    res = rt.resolve(env_with(tmp_path, torch_version="2.15.0+cu130", cuda_home=str(home), cuda_home_usable=True),
-                     environ={}, manifest_path=manifest)
+    res = rt.resolve(env_with(tmp_path, torch_version=f"{NEWER_TORCH}+cu130", cuda_home=str(home),
+                              cuda_home_usable=True), environ={}, manifest_path=manifest)
     assert res.chosen.name == "host-toolchain" and "g++ /usr/bin/g++" in res.chosen.reason
 
 
@@ -233,24 +242,25 @@ def test_doctor_json_and_help(tmp_path):
 
 @pytest.mark.parametrize("change, reason", [
     ({}, None),
-    ({"torch_distribution": "2.14.1"}, "fastmace-oeq-ext was built for torch 2.14.1+cu130, installed is 2.14.1"),
-    ({"oeq_version": "0.7.0+oeqwheels.cu13.1"},
-     "fastmace-oeq-ext was built for openequivariance 0.7.0, installed is 0.7.0+oeqwheels.cu13.1"),
+    ({"torch_distribution": TORCH}, f"fastmace-oeq-ext was built for torch {TORCH}+cu130, installed is {TORCH}"),
+    ({"oeq_version": f"{OEQ}+oeqwheels.cu13.1"},
+     f"fastmace-oeq-ext was built for openequivariance {OEQ}, installed is {OEQ}+oeqwheels.cu13.1"),
     ({"python_tag": "cp312"}, "fastmace-oeq-ext was built for python cp311, installed is cp312"),
     ({"machine": "aarch64"}, "fastmace-oeq-ext is for Linux x86_64, not Linux aarch64"),
 ])
 def test_consumer_rule_in_fastmaces_words(manifest, change, reason):
-    env = {"torch_distribution": "2.14.1+cu130", "oeq_version": "0.7.0", "python_tag": "cp311", "system": "Linux",
+    env = {"torch_distribution": f"{TORCH}+cu130", "oeq_version": OEQ, "python_tag": "cp311", "system": "Linux",
            "machine": "x86_64", **change}
     assert Manifest.from_json(manifest.read_text()).consumer_refusal(env) == reason
 
 
 @pytest.mark.parametrize("env, fix", [
-    ({"torch_distribution": "2.14.1", "oeq_version": "0.7.0"},
-     "pip install --force-reinstall --no-deps torch==2.14.1+cu130 --index-url https://download.pytorch.org/whl/cu130"),
-    ({"torch_distribution": "2.15.0", "oeq_version": "0.7.0"},
-     "pip install --force-reinstall torch==2.14.1+cu130 --index-url https://download.pytorch.org/whl/cu130"),
-    ({"torch_distribution": "2.14.1+cu130", "oeq_version": "0.7.0+oeqwheels.cu13.1"},
+    ({"torch_distribution": TORCH, "oeq_version": OEQ},
+     f"pip install --force-reinstall --no-deps torch=={TORCH}+cu130 "
+     "--index-url https://download.pytorch.org/whl/cu130"),
+    ({"torch_distribution": NEWER_TORCH, "oeq_version": OEQ},
+     f"pip install --force-reinstall torch=={TORCH}+cu130 --index-url https://download.pytorch.org/whl/cu130"),
+    ({"torch_distribution": f"{TORCH}+cu130", "oeq_version": f"{OEQ}+oeqwheels.cu13.1"},
      "pip install --upgrade fastmace-oeq-ext"),
 ])
 def test_consumer_fix_names_the_command_that_works(manifest, env, fix):
@@ -260,7 +270,7 @@ def test_consumer_fix_names_the_command_that_works(manifest, env, fix):
 
 
 def test_the_fix_names_our_index_of_torchs_cuda_major_not_of_its_minor(monkeypatch):
-    """torch 2.15.0 is a CUDA 13.2 build: its OEq is the cu130 line's (one line per CUDA major), which the installed
+    """A torch built for CUDA 13.2 gets the cu130 line's OEq (one line per CUDA major), which the installed
     fastmace-oeq-ext names as its Project-URL "CUDA 13 index"; a site without those URLs gets cu<major><minor>."""
     from oeq_wheels import pins as P
     import importlib

@@ -105,41 +105,42 @@ def test_the_release_gate_refuses_bytes_that_are_not_the_recorded_ones(tmp_path)
 
 def test_the_toolchain_repin_resolves_the_closure_as_apt_does():
     """`pins --toolchain`: Depends and Pre-Depends, the first alternative the index has (or one already chosen),
-    virtual packages through Provides, version and :any qualifiers dropped; pool paths quoted as apt prints them."""
+    virtual packages through Provides, version and :any qualifiers dropped; pool paths quoted as apt prints them.
+    The index is made up: its versions are nothing the toolchain pins."""
     from oeq_wheels import repin_toolchain as R
     index = b"""Package: g++
-Version: 4:12.2.0-3
-Filename: pool/main/g/gcc-defaults/g++_12.2.0-3_amd64.deb
+Version: 4:9.1.0-3
+Filename: pool/main/g/gcc-defaults/g++_9.1.0-3_amd64.deb
 SHA256: aa
-Depends: cpp (= 4:12.2.0-3), g++-12 (>= 12.2.0-1~), missing-thing | libc-dev:any
+Depends: cpp (= 4:9.1.0-3), g++-12 (>= 9.1.0-1~), missing-thing | libc-dev:any
 
 Package: g++-12
-Version: 12.2.0-14+deb12u1
-Filename: pool/main/g/gcc-12/g++-12_12.2.0-14+deb12u1_amd64.deb
+Version: 9.1.0-14+deb12u1
+Filename: pool/main/g/gcc-12/g++-12_9.1.0-14+deb12u1_amd64.deb
 SHA256: bb
 Pre-Depends: libc6
-Depends: libc6 (>= 2.36),
+Depends: libc6 (>= 2.99),
  libstdc++6
 
 Package: cpp
-Version: 4:12.2.0-3
-Filename: pool/main/g/gcc-defaults/cpp_12.2.0-3_amd64.deb
+Version: 4:9.1.0-3
+Filename: pool/main/g/gcc-defaults/cpp_9.1.0-3_amd64.deb
 SHA256: cc
 
 Package: libc6
-Version: 2.36-9+deb12u14
-Filename: pool/main/g/glibc/libc6_2.36-9+deb12u14_amd64.deb
+Version: 2.99-9+deb12u14
+Filename: pool/main/g/glibc/libc6_2.99-9+deb12u14_amd64.deb
 SHA256: dd
 
 Package: libc6-dev
-Version: 2.36-9+deb12u14
-Filename: pool/main/g/glibc/libc6-dev_2.36-9+deb12u14_amd64.deb
+Version: 2.99-9+deb12u14
+Filename: pool/main/g/glibc/libc6-dev_2.99-9+deb12u14_amd64.deb
 SHA256: ee
 Provides: libc-dev
 
 Package: libstdc++6
-Version: 3.0.20-1~deb12u2
-Filename: pool/main/o/x/libstdc++6_3.0.20-1~deb12u2_amd64.deb
+Version: 9.0.20-1~deb12u2
+Filename: pool/main/o/x/libstdc++6_9.0.20-1~deb12u2_amd64.deb
 SHA256: ff
 
 Package: unrelated
@@ -150,7 +151,7 @@ SHA256: 00
     packages, provides = R.parse(index)
     got = R.entries(R.closure(packages, provides, ["g++"]))
     assert [d["name"] for d in got] == ["cpp", "g++", "g++-12", "libc6", "libc6-dev", "libstdc++6"]
-    assert got[1]["file"] == "pool/main/g/gcc-defaults/g%2b%2b_12.2.0-3_amd64.deb"
-    assert got[5]["file"] == "pool/main/o/x/libstdc%2b%2b6_3.0.20-1%7edeb12u2_amd64.deb"
+    assert got[1]["file"] == "pool/main/g/gcc-defaults/g%2b%2b_9.1.0-3_amd64.deb"
+    assert got[5]["file"] == "pool/main/o/x/libstdc%2b%2b6_9.0.20-1%7edeb12u2_amd64.deb"
     with pytest.raises(Exception, match="no package 'nope'"):
         R.closure(packages, provides, ["nope"])
