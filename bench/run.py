@@ -191,7 +191,7 @@ def cold_start(venv: Path, wheel: Path, oeq_wheel: Path, cache: Path, tmp: Path,
     with zipfile.ZipFile(oeq_wheel) as zf:
         zf.extractall(tmp / "oeq-binary")
     out = {"torch": [], "stable": [], "prebuilt": [], "jit": []}
-    for i in range(repeat):
+    for _ in range(repeat):
         out["torch"].append(run("torch", base))
         out["stable"].append(run("stable", dict(base, FASTMACE_OEQ_PREBUILT="1", PATH=no_compilers,
                                                   PYTHONPATH=str(tmp / "oeq-binary"),

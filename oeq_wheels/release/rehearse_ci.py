@@ -270,7 +270,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         standin_python = boot.stdout.strip()
         say(f"rehearse-ci: {tag} of {pins.repository}, run by user {user} (password-free sudo) with act "
             f"({subprocess.run([act, '--version'], capture_output=True, text=True).stdout.strip()})")
-        for action, (folder, what) in STANDINS.items():
+        for action, (_folder, what) in STANDINS.items():
             say(f"rehearse-ci: stand-in for {action}: {what}")
         for job, why in NOT_RUN.items():
             say(f"rehearse-ci: NOT RUN: job {job}: {why}")

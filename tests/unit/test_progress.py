@@ -55,7 +55,7 @@ def test_q_and_v_are_accepted_before_and_after_the_verb():
 def test_every_verb_has_help():
     from oeq_wheels.cli import parser
     sub = next(a for a in parser()._actions if a.dest == "cmd")
-    for verb, p in sub.choices.items():
+    for verb in sub.choices:
         r = run_cli(verb, "--help")
         assert r.returncode == 0 and r.stdout.startswith("usage: oeq-wheels " + verb), verb
         assert "--quiet" in r.stdout, verb
