@@ -24,6 +24,12 @@ LOCK="$REPO/requirements/lock.txt"
 key="$(sha256sum <"$LOCK" | cut -c1-12)"
 VENV="$CACHE/venv-tools-$key"
 if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
+  # One maker at a time: a second process (an editor's test run beside `make test`) waits, then finds it made.
+  mkdir -p "$CACHE"
+  exec 9>"$VENV.lock"
+  flock 9
+fi
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   base="$(find_base_python)"
   echo "bootstrap: creating $VENV with $base" >&2
   rm -rf "$VENV"

@@ -1,5 +1,7 @@
 """The pipeline's own tools are locked: every package pinned with its sha256, installed with --require-hashes."""
+import os
 import re
+import subprocess
 
 from conftest import REPO
 
@@ -45,3 +47,26 @@ def test_the_pipelines_imports_are_pinned():
     tools = direct_pins("tools.txt")
     for pkg in ("packaging", "wheel", "auditwheel", "twine", "pyelftools", "uv", "pip"):
         assert pkg in tools, pkg
+
+
+def test_two_bootstraps_at_once_make_the_tools_venv_once(tmp_path):
+    """An editor's test run beside `make test` on a new lock: the second bootstrap waits for the first's venv
+    instead of removing it half made. A stand-in Python makes a venv whose pip takes a second and logs its call."""
+    base = tmp_path / "python3"
+    base.write_text(f"""#!/bin/sh
+case "$1" in
+  -c) exit 0 ;;
+  -m) [ "$2" = venv ] || exit 2
+      mkdir -p "$3/bin"
+      printf '#!/bin/sh\\nsleep 1; echo pip >> {tmp_path}/installs.log\\n' > "$3/bin/python"
+      chmod +x "$3/bin/python" ;;
+esac
+""")
+    base.chmod(0o755)
+    env = dict(os.environ, OEQ_WHEELS_TOOL_PYTHON=str(base), OEQ_WHEELS_CACHE=str(tmp_path / "cache"))
+    runs = [subprocess.Popen([str(REPO / "tools" / "bootstrap.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env) for _ in range(2)]
+    outs = [r.communicate(timeout=60) for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], outs
+    assert outs[0][0] == outs[1][0] and outs[0][0].startswith(str(tmp_path / "cache" / "venv-tools-")), outs
+    assert (tmp_path / "installs.log").read_text() == "pip\n"
