@@ -46,7 +46,7 @@ def torch_cxx_std(torch_root: Path) -> str:
         raise CompileError(
             "cannot read the C++ standard from torch/utils/cpp_extension.py "
             f"(found {found or 'nothing'}); this torch release changed its JIT recipe, "
-            "update oeq_wheels/compile.py"
+            "update oeq_wheels/ext/compile.py"
         )
     return found[0]
 

@@ -2,7 +2,7 @@
 
 OEq 0.7.0 is an sdist only, and building it compiles its stable extension with CMake
 after downloading LibTorch. The *binary* wheel carries the sdist's `openequivariance/`
-tree unchanged plus the stable extension this pipeline builds (oeq_wheels.stable) in
+tree unchanged plus the stable extension this pipeline builds (oeq_wheels.oeq.stable) in
 `_torch/extlib/`, where OEq 0.7.0 loads it instead of any JIT build; its version
 0.7.0+<label> still satisfies `openequivariance==0.7.0` and can never be uploaded to
 PyPI. The *pure* wheel (no extension, OEq takes its JIT path) serves the tests of

@@ -4,7 +4,7 @@ For each OEq line (cu130, cu128), each torch release it is tested on and each in
 (pip, uv): a fresh venv; g++, gcc, c++, cc, ninja, nvcc and cmake replaced by failing
 sentinels BEFORE the install; then a plain `pip install torch==X openequivariance==0.7.0`
 (or, for FastMACE's torch, `pip install torch==2.14.1 fastmace-oeq-ext`) from the registry
-plus the line's index of the site (oeq_wheels.site, served on loopback) and OUTDIR as
+plus the line's index of the site (oeq_wheels.release.site, served on loopback) and OUTDIR as
 find-links (or, with --from-index, fastmace-oeq-ext from the index it was uploaded to).
 OpenEquivariance must then import with its precompiled stable extension (the line's binary
 wheel, never the sdist), its operators registered, torch a build of the line's CUDA major,

@@ -2,7 +2,7 @@
 
 OUTDIR holds the fastmace-oeq-ext wheels, the only files that go to PyPI;
 OUTDIR-extra holds the binary openequivariance wheels of every CUDA line and SHA256SUMS
-(attached to the GitHub release, from whose assets oeq_wheels.site lays out the index).
+(attached to the GitHub release, from whose assets oeq_wheels.release.site lays out the index).
 """
 from __future__ import annotations
 
