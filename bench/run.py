@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "runtime"))
 
 from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
 
-from oeq_wheels.ext import compile as cc
+from oeq_wheels import toolchain as cc
 
 from oeq_wheels.oeq import stable
 from oeq_wheels.files import default_cache  # noqa: E402

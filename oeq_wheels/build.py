@@ -20,6 +20,7 @@ from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
 from . import buildroot, fetch, inputs, pins as pins_mod, pythons, stub, verify
+from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
 from .ext.verify import verify_wheel
 from .oeq import stable, wheel as oeqpy
@@ -59,8 +60,8 @@ class Shared:
     oeq_root: Path
     cuda_root: Path | None          # fastmace-oeq-ext's inputs (None: no x86_64 build)
     pybind11_include: Path | None
-    toolchain: cc.Toolchain
-    objects: cc.ObjectCache
+    toolchain: tc.Toolchain
+    objects: tc.ObjectCache
     lines: dict[str, "LineBuild"] = field(default_factory=dict)  # the OEq lines, by name
     forbidden: list[str] = field(default_factory=list)
 
@@ -76,8 +77,8 @@ class LineBuild:
 
     line: pins_mod.OeqLine
     trees: stable.StableTrees
-    toolchain: cc.Toolchain      # the line's architecture's compilers (a cross toolchain on another host)
-    objects: cc.ObjectCache
+    toolchain: tc.Toolchain      # the line's architecture's compilers (a cross toolchain on another host)
+    objects: tc.ObjectCache
     tmp: Path | None = None      # holds aoti and stubs; removed when the run ends
     aoti: Path | None = None
     stubs: Path | None = None
@@ -108,7 +109,7 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
         raise BuildError(f"the NVIDIA wheels in {cuda_root} lack a header or library")
     ext = oeq_root / "openequivariance" / "extension"
     python_include = os.path.realpath(interp.include)
-    common_map = {str(ext): "openequivariance/extension", str(cc.SHIM_DIR): "oeq-wheels-shim"}
+    common_map = {str(ext): "openequivariance/extension", str(tc.SHIM_DIR): "oeq-wheels-shim"}
     prefix_map = {**common_map, str(torch_root): f"torch-{p.matrix.torch_version}", str(cuda_root): "nvidia",
                   str(pybind11_include): "pybind11/include", python_include: f"python{interp.version}"}
     glibc_shim = verify.manylinux_version(p.platform_tag) < (2, 32)
@@ -125,7 +126,7 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
 def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str,
                      memo_dir: Path, target: str) -> str:
     """Pack the libraries alone with the generic tag, let auditwheel judge them, and choose the tag."""
-    probe = assemble.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch, arch=verify.tag_arch(target))
+    probe = wheelfile.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch, arch=verify.tag_arch(target))
     proven, problems = verify.proven_tag(verify.audit(probe, memo_dir), verify.external_ok(p))
     if problems:
         raise BuildError("; ".join(problems))
@@ -166,8 +167,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         with Stage(tag, "link", timings):
             stub.make_stub(stub.undefined_driver_symbols(objs), tmp / "stub", sh.toolchain.cc)
             cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"))
-            lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain.cxx,
-                            sh.toolchain.strip, p.torch_libs, p.runpath())
+            lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain,
+                            p.torch_libs, p.runpath())
         with Stage(tag, "audit", timings) as st:
             platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts,
                                         p.platform_tag)
@@ -193,8 +194,8 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             with Stage(who, "wheel", timings):
                 staged = assemble.stage(vp, tmp / who / "final", library=lib, manifest=manifest,
                                         compiler_text=compiler_text, oeq_license=lic, py_version=interp.version,
-                                        tag=assemble.wheel_tag(tag, platform))
-                whl = assemble.pack(staged, tmp / who / "out", p.source_date_epoch)
+                                        tag=wheelfile.wheel_tag(tag, platform))
+                whl = wheelfile.pack(staged, tmp / who / "out", p.source_date_epoch)
             check = lambda w, vp=vp: verify_wheel(w, vp, expected_license=lic.read_bytes(),
                                                   forbidden_paths=sh.forbidden, memo_dir=sh.verdicts)
             # PyPI's wheel goes to OUTDIR; a binary OEq line's goes beside that line's OEq wheels (its index).
@@ -262,10 +263,10 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
             cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=lb.toolchain.version)
         with Stage(who, "wheel", timings):
             staged = oeqpy.stage(p, sh.oeq_root, tmp / "stage", version=version,
-                                 tag=assemble.wheel_tag(tag, platform, ob.abi_tag(interp.version)), purelib=False,
+                                 tag=wheelfile.wheel_tag(tag, platform, ob.abi_tag(interp.version)), purelib=False,
                                  extlib_files=libs,
                                  build_record=record.to_json())
-            whl = assemble.pack(staged, tmp / "out", p.source_date_epoch)
+            whl = wheelfile.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
                                                    memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
@@ -312,18 +313,18 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
     both reasons. host: whatever compilers this host has (CXX, or g++): its wheels are not the released bytes.
     """
     if mode == "host":
-        return cc.cross_toolchain, ("--toolchain host: this host's compilers, not the pinned toolchain; its wheels "
+        return tc.cross_toolchain, ("--toolchain host: this host's compilers, not the pinned toolchain; its wheels "
                                     "are not the released bytes")
     set_by_user = [v for v in ("CXX", "CC", "STRIP", "AR") if os.environ.get(v)]
     if set_by_user:
         say(f"oeq-wheels: NOTE: {', '.join(set_by_user)} ignored: the pinned toolchain builds (--toolchain host "
             "builds with them)")
-    debs = pins.toolchain.for_host(cc.host_arch())
+    debs = pins.toolchain.for_host(tc.host_arch())
     cannot = buildroot.bwrap_problem()
     if cannot is not None:
         differs = buildroot.host_difference(debs)
         if differs is None:
-            return cc.pinned_host_toolchain, f"this host's toolchain is the pinned one (no build root: {cannot})"
+            return tc.pinned_host_toolchain, f"this host's toolchain is the pinned one (no build root: {cannot})"
         raise BuildError(f"the pinned toolchain cannot build here: bubblewrap cannot run its build root ({cannot}), "
                          f"and this host's toolchain is not the pinned one ({differs}); allow user namespaces "
                          "(Ubuntu 24.04: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or build "
@@ -335,9 +336,9 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
         root = buildroot.ensure(pins.toolchain, debs, files, cache, say)
     key, where = buildroot.key(debs), Path(tempfile.mkdtemp(prefix="oeq-wheels-toolchain-"))
 
-    def make(arch: pins_mod.Arch) -> cc.Toolchain:
-        t = cc.root_toolchain(arch, root, key, where / arch.name)
-        pinned = pins.toolchain.compiler(cc.host_arch(), arch.name)
+    def make(arch: pins_mod.Arch) -> tc.Toolchain:
+        t = tc.root_toolchain(arch, root, key, where / arch.name)
+        pinned = pins.toolchain.compiler(tc.host_arch(), arch.name)
         if t.version != pinned:
             raise BuildError(f"the build root's {arch.name} compiler says {t.version!r}, pins.toml [toolchain] "
                              f"compilers {pinned!r}; re-pin the toolchain")
@@ -345,7 +346,7 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
     return make, f"the pinned build root {key} (Debian {pins.toolchain.debian} packages, run by bubblewrap)"
 
 
-def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -> tuple[dict[str, cc.Toolchain], list[str]]:
+def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -> tuple[dict[str, tc.Toolchain], list[str]]:
     """The architectures to build and each one's toolchain (make: arch -> Toolchain), and notes on those left out.
 
     This host's own architecture, and any asked for by name (--arch), fail the build without a working
@@ -353,13 +354,13 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -
     manylinux container) is left out with a note: publish refuses a release that lacks its wheels.
     """
     known = check_arch_names(pins, requested)
-    make = make or cc.cross_toolchain
+    make = make or tc.cross_toolchain
     toolchains, notes = {}, []
     for name in requested or known:
         try:
             toolchains[name] = make(pins.arches[name])
-        except cc.CompileError as exc:
-            if requested is not None or name == cc.host_arch():  # only a missing cross compiler is a note
+        except tc.CompileError as exc:
+            if requested is not None or name == tc.host_arch():  # only a missing cross compiler is a note
                 raise
             notes.append(f"{name} left out: {exc}")
     if not toolchains:
@@ -421,7 +422,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
         files = fetch.ensure((pins.all_inputs([pins_mod.cp_tag(v) for v in ext_wanted]) if ext_wanted else [])
                              + list(dict.fromkeys(i for l in oeq_lines for i in l.inputs(pins.oeq))),
                              cache, say, stage=st)
-    objects = cc.ObjectCache(cache / "objects", toolchain, jobs)
+    objects = tc.ObjectCache(cache / "objects", toolchain, jobs)
     with Stage("all", "unpack"):
         oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
         cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve() \

@@ -315,3 +315,13 @@ def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool,
 def file_entry(x) -> tuple[str, str, str, str]:
     """A pinned file (pins.Pinned) or a recorded one (manifest.Input), comparable with each other."""
     return (x.name, x.version, x.file, x.sha256)
+
+
+def field_differences(what: str, record, want: dict, files: tuple[str, ...] = (),
+                      file_lists: tuple[str, ...] = ()) -> list[str]:
+    """One line for each field of a record (a manifest, a build record) that is not what the pins say. The fields
+    in `files` are one recorded file each, those in `file_lists` a tuple of them: both compared as file_entry."""
+    got = {k: getattr(record, k) for k in want}
+    got.update({k: file_entry(got[k]) for k in files})
+    got.update({k: tuple(file_entry(i) for i in got[k]) for k in file_lists})
+    return [f"{what} {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]

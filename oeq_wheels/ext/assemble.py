@@ -1,9 +1,7 @@
 """Write the manifest and metadata, and pack the wheel with the `wheel` library."""
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from pathlib import Path
 
 from packaging.metadata import Metadata
@@ -13,9 +11,9 @@ from packaging.utils import canonicalize_name
 import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
-from .. import __version__ as TOOL_VERSION, proc
-from ..errors import OeqWheelsError
+from .. import __version__ as TOOL_VERSION
 from ..pins import Pins
+from ..wheelfile import fix_modes, wheel_file
 
 # The runtime package is imported like any other; its files are copied from where it is installed.
 RUNTIME_DIR = Path(fastmace_oeq_ext.__file__).resolve().parent
@@ -55,11 +53,6 @@ is MIT. `fastmace_oeq_ext/manifest.json` records every input's sha256.
 CORE_FIELDS = {"metadata_version": "Metadata-Version", "name": "Name", "version": "Version",
                "summary": "Summary", "requires_python": "Requires-Python",
                "license_expression": "License-Expression", "description_content_type": "Description-Content-Type"}
-
-
-def wheel_tag(cp_tag: str, platform: str, abi: str | None = None) -> Tag:
-    """cpXY-cpXY-<platform>, or cpXY-abi3-<platform> for a stable-ABI build."""
-    return Tag(cp_tag, abi or cp_tag, platform)
 
 
 def dist_info_name(pins: Pins) -> str:
@@ -120,45 +113,6 @@ def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, compiler
     shutil.copyfile(PACKAGING_LICENSE, info / "licenses" / "LICENSE")
     shutil.copyfile(oeq_license, info / "licenses" / "LICENSE.openequivariance")
     (info / "METADATA").write_text(metadata_text(pins, py_version))
-    (info / "WHEEL").write_text(
-        f"Wheel-Version: 1.0\nGenerator: oeq-wheels {TOOL_VERSION}\nRoot-Is-Purelib: false\nTag: {tag}\n"
-    )
+    (info / "WHEEL").write_text(wheel_file(tag, generator=f"oeq-wheels {TOOL_VERSION}"))
     fix_modes(root)
     return root
-
-
-def fix_modes(root: Path) -> None:
-    """Fixed modes: the archive must not depend on the builder's umask."""
-    for p in root.rglob("*"):
-        if p.is_file():
-            os.chmod(p, 0o755 if p.suffix == ".so" else 0o644)
-        else:
-            os.chmod(p, 0o755)
-
-
-def probe_wheel(files: dict[str, Path], cp: str, out_dir: Path, source_date_epoch: int, arch: str = "x86_64") -> Path:
-    """A throw-away wheel holding only these libraries, tagged linux_<arch>, for auditwheel to judge."""
-    staged = out_dir / "stage"
-    for arcname, path in files.items():
-        (staged / arcname).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, staged / arcname)
-    info = staged / "oeq_wheels_probe-0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: oeq-wheels-probe\nVersion: 0\n")
-    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: oeq-wheels\nRoot-Is-Purelib: false\n"
-                                f"Tag: {wheel_tag(cp, 'linux_' + arch)}\n")
-    fix_modes(staged)
-    return pack(staged, out_dir / "out", source_date_epoch)
-
-
-def pack(staged: Path, out_dir: Path, source_date_epoch: int) -> Path:
-    """Zip the staged tree with `wheel pack` (RECORD, sorted entries, fixed timestamps)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = set(out_dir.glob("*.whl"))
-    env = dict(os.environ, SOURCE_DATE_EPOCH=str(source_date_epoch))
-    res = proc.run([sys.executable, "-m", "wheel", "pack", str(staged), "-d", str(out_dir)],
-                          capture_output=True, text=True, env=env)
-    made = sorted(set(out_dir.glob("*.whl")) - before)
-    if res.returncode != 0 or len(made) != 1:
-        raise OeqWheelsError(f"wheel pack failed: {res.stderr.strip() or res.stdout.strip()}")
-    return made[0]

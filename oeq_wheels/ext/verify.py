@@ -11,7 +11,7 @@ from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest, Mani
 
 from .. import pins as pins_mod
 from ..verify import (python_of, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths,
-                      file_entry, glibc_max_symbol, open_wheel)
+                      field_differences, file_entry, glibc_max_symbol, open_wheel)
 from . import consumer
 
 
@@ -104,10 +104,7 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
         "pybind11_wheel": entry(p.pybind11), "matrix": p.matrix.name,
         "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
     }
-    got = {k: getattr(m, k) for k in want}
-    got.update(oeq_sdist=as_tuple(m.oeq_sdist), pybind11_wheel=as_tuple(m.pybind11_wheel),
-               cuda_wheels=tuple(as_tuple(i) for i in m.cuda_wheels))
-    out = [f"manifest {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
+    out = field_differences("manifest", m, want, files=("oeq_sdist", "pybind11_wheel"), file_lists=("cuda_wheels",))
     if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):
         out.append(f"manifest torch_wheel {m.torch_wheel.file} is not the pinned {p.matrix.torch_wheel(cp).file}")
     if m.cxx11_abi not in (0, 1):

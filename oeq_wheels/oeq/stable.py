@@ -23,7 +23,7 @@ from fastmace_oeq_ext import cudaflags as wheel_cuda
 
 from .. import proc, stub
 from ..errors import OeqWheelsError
-from ..ext import compile as cc
+from ..toolchain import SHIM_DIR, ObjectCache, Toolchain, link_stripped, prefix_map_flags
 from ..pins import OeqLine
 
 RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
@@ -78,16 +78,16 @@ class Recipe:
     limited_api: bool = False  # nanobind_add_module(... STABLE_ABI): Python's limited API, the module named .abi3.so
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
-        m = {str(self.trees.nanobind): "nanobind", str(cc.SHIM_DIR): "oeq-wheels-shim"}
+        m = {str(self.trees.nanobind): "nanobind", str(SHIM_DIR): "oeq-wheels-shim"}
         if not nanobind_only:  # nanobind's sources see no OEq, torch or CUDA header: its objects serve every line
             m.update({str(self.trees.ext): "openequivariance/extension", str(self.trees.torch_root): self.torch_label,
                       str(self.trees.cuda_root): "nvidia"})
         if self.python_include:
             m[self.python_include] = "python/include"
-        return [f"-ffile-prefix-map={s}={d}" for s, d in sorted(m.items(), key=lambda kv: -len(kv[0]))]
+        return prefix_map_flags(m)
 
     def _common(self) -> list[str]:
-        shim = ["-isystem", str(cc.SHIM_DIR)] if self.glibc_shim else []
+        shim = ["-isystem", str(SHIM_DIR)] if self.glibc_shim else []
         return [*RELEASE, "-fPIC", CXX17, *shim]
 
     def _extension_includes(self) -> list[str]:
@@ -148,7 +148,7 @@ def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
 
 
-def build_support(ob: OeqLine, recipe: Recipe, objects: cc.ObjectCache, toolchain: cc.Toolchain,
+def build_support(ob: OeqLine, recipe: Recipe, objects: ObjectCache, toolchain: Toolchain,
                   driver_objects: list[Path], out: Path) -> Path:
     """The link-only stand-ins in out/: libtorch_cuda.so (OEq's stream stub) and libcuda.so.1."""
     stream_obj, _ = objects.compile(recipe.trees.ext / "stubs" / "stream.cpp", recipe.stream_stub())
@@ -161,7 +161,7 @@ def build_support(ob: OeqLine, recipe: Recipe, objects: cc.ObjectCache, toolchai
 
 
 def link_module(ob: OeqLine, trees: StableTrees, objs: list[Path], nanobind_objs: list[Path], stub_dir: Path,
-                out: Path, toolchain: cc.Toolchain) -> Path:
+                out: Path, toolchain: Toolchain) -> Path:
     """MODULE library: -shared, nanobind_strip (-Wl,-s), nanobind-static's --gc-sections."""
     archive = out.with_name("libnanobind-static.a")
     archive.unlink(missing_ok=True)
@@ -173,17 +173,13 @@ def link_module(ob: OeqLine, trees: StableTrees, objs: list[Path], nanobind_objs
 
 
 def link_aoti(ob: OeqLine, trees: StableTrees, objs: list[Path], stub_dir: Path, out: Path,
-              toolchain: cc.Toolchain) -> Path:
+              toolchain: Toolchain) -> Path:
     """SHARED library with its soname; stripped as scikit-build-core's install (strip = true) does."""
-    linked = out.with_name(out.name + ".unstripped")
-    _run([*shlex.split(toolchain.cxx), *RELEASE, "-shared", f"-Wl,-soname,{out.name}", *map(str, objs),
-          "-o", str(linked), *link_libraries(ob, trees, stub_dir)], f"linking {out.name}")
-    _run([*shlex.split(toolchain.strip), "--strip-unneeded", "-o", str(out), str(linked)], f"stripping {out.name}")
-    linked.unlink()
-    return out
+    return link_stripped(toolchain, [*RELEASE, "-shared", f"-Wl,-soname,{out.name}", *map(str, objs),
+                                     *link_libraries(ob, trees, stub_dir)], out, f"linking {out.name}")
 
 
-def compile_all(recipe: Recipe, objects: cc.ObjectCache, jobs_pool, python: bool) -> dict[str, list[Path]]:
+def compile_all(recipe: Recipe, objects: ObjectCache, jobs_pool, python: bool) -> dict[str, list[Path]]:
     """Objects for one Python's module and nanobind (python=True), or for the AOTI library."""
     ext, nb = recipe.trees.ext, recipe.trees.nanobind
     if python:

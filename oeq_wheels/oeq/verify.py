@@ -11,7 +11,8 @@ from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
 
 from .. import pins as pins_mod
 from ..verify import (python_of, TORCH_CXX, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file,
-                      default_forbidden_paths, dynamic_symbols, file_entry, open_wheel, remembered, tag_arch)
+                      default_forbidden_paths, dynamic_symbols, field_differences, file_entry, open_wheel, remembered,
+                      tag_arch)
 
 
 def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:
@@ -177,15 +178,13 @@ def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:
 
 
 def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict) -> list[str]:
-    entry = as_tuple = file_entry
+    entry = file_entry
     want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
             "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
             "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
             "cuda_wheels": tuple(entry(n) for n in ob.nvidia)}
-    got = {k: getattr(r, k) for k in want}
-    got.update(oeq_sdist=as_tuple(r.oeq_sdist), built_against=as_tuple(r.built_against),
-               nanobind=as_tuple(r.nanobind), cuda_wheels=tuple(as_tuple(i) for i in r.cuda_wheels))
-    out = [f"build record {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
+    out = field_differences("build record", r, want, files=("oeq_sdist", "built_against", "nanobind"),
+                            file_lists=("cuda_wheels",))
     for f in r.files:
         data = files.get(f.path)
         if data is None or hashlib.sha256(data).hexdigest() != f.sha256:

@@ -20,7 +20,7 @@ from packaging.tags import Tag
 
 from .. import fetch, inputs
 from ..errors import OeqWheelsError
-from ..ext import assemble
+from ..wheelfile import fix_modes, pack, wheel_file
 from ..pins import Pins
 
 EXTLIB = Path("openequivariance") / "_torch" / "extlib"
@@ -66,11 +66,10 @@ def stage(pins: Pins, root: Path, staged: Path, *, version: str, tag: Tag, purel
     (info / "licenses").mkdir(parents=True)
     shutil.copyfile(root / "LICENSE", info / "licenses" / "LICENSE")
     (info / "METADATA").write_text(metadata_from_sdist(check_sdist(pins, root), version))
-    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: oeq-wheels\nRoot-Is-Purelib: "
-                                f"{'true' if purelib else 'false'}\nTag: {tag}\n")
+    (info / "WHEEL").write_text(wheel_file(tag, purelib))
     if build_record is not None:
         (info / OEQ_BUILD_FILE).write_text(build_record)
-    assemble.fix_modes(staged)
+    fix_modes(staged)
     return staged
 
 
@@ -82,7 +81,7 @@ def build_pure(pins: Pins, outdir: Path, cache: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         staged = stage(pins, root, Path(tmp) / "stage", version=pins.oeq.version, tag=Tag("py3", "none", "any"),
                        purelib=True)
-        whl = assemble.pack(staged, Path(tmp) / "out", pins.source_date_epoch)
+        whl = pack(staged, Path(tmp) / "out", pins.source_date_epoch)
         dest = outdir / whl.name
         shutil.move(str(whl), dest)
     return dest

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
 from ..errors import OeqWheelsError, UsageError
-from ..ext.compile import cross_toolchain, host_arch
+from ..toolchain import cross_toolchain, host_arch
 from ..files import default_cache
 from ..output import extra_dir
 from ..verify import wheel_arch

@@ -23,7 +23,7 @@ from conftest import run_cli
 from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, stub, venvs, verify
-from oeq_wheels.ext import compile as cc
+from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
 from oeq_wheels.release import emulated, installmatrix

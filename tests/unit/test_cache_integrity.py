@@ -8,7 +8,7 @@ import pytest
 
 from damage import flip_byte_keep_mtime
 from oeq_wheels import inputs, pins as P
-from oeq_wheels.ext import compile as cc
+from oeq_wheels import toolchain as cc
 from oeq_wheels.files import sweep_stale, temp_prefix
 
 
