@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, sentinels, stub, venvs  # noqa: E402
+from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, sentinels, driver_stub, venvs  # noqa: E402
 
 from oeq_wheels import toolchain as cc
 
@@ -177,7 +177,7 @@ def cold_start(venv: Path, wheel: Path, oeq_wheel: Path, cache: Path, tmp: Path,
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH")}
     site = Path(subprocess.run([py, "-c", "import fastmace_oeq_ext, os; print(os.path.dirname(fastmace_oeq_ext.__file__))"],
                                capture_output=True, text=True, check=True, env=base).stdout.strip())
-    stub_dir = stub.stub_for_library(site / "libtorch_tp_jit.so", tmp / "stub").parent
+    stub_dir = driver_stub.stub_for_library(site / "libtorch_tp_jit.so", tmp / "stub").parent
     base.update(LD_LIBRARY_PATH=str(stub_dir), OEQ_CUDA_DRIVER_DIR=str(stub_dir))
     # The prebuilt runs must not be able to compile anything.
     no_compilers = f"{sentinels.make(tmp / 'sentinels', tmp / 'sentinel.log')}{os.pathsep}{base['PATH']}"
@@ -229,7 +229,7 @@ def fetch_equal() -> int:
     """The full-size proof that both fetches give the same wheels: `build` of every wheel twice, each in an empty
     cache of its own, once fetching members by range (the default) and once OEQ_WHEELS_FETCH=whole; prints each
     wheel's sha256 and the downloaded bytes of each, exits 1 on any difference. make test proves the parts on small
-    files (tests/unit/test_members.py: members give the wheel's trees; tests/unit/test_elfstub.py: a stub links as its
+    files (tests/unit/test_members.py: members give the wheel's trees; tests/unit/test_link_stubs.py: a stub links as its
     library); this costs two full builds and about 7 GB of temporary disk."""
     import suite
     from oeq_wheels.files import sha256_file

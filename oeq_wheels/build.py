@@ -19,7 +19,7 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
-from . import buildroot, fetch, inputs, pins as pins_mod, pythons, stub, verify
+from . import buildroot, fetch, inputs, pins as pins_mod, pythons, driver_stub, verify
 from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
 from .ext.verify import verify_wheel
@@ -165,7 +165,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             objs = [o for o, _ in results]
             st.note = f"{sum(hit for _, hit in results)}/{len(results)} from cache"
         with Stage(tag, "link", timings):
-            stub.make_stub(stub.undefined_driver_symbols(objs), tmp / "stub", sh.toolchain.cc)
+            driver_stub.make_stub(driver_stub.undefined_driver_symbols(objs), tmp / "stub", sh.toolchain.cc)
             cuda = wheel_build_flags(sh.cuda_root, driver_dir=str(tmp / "stub"))
             lib = link.link(objs, tmp / p.library_file, torch_root / "torch" / "lib", cuda, sh.toolchain,
                             p.torch_libs, p.runpath())

@@ -68,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
     o = sub.add_parser("oeq-wheel", parents=[common], help="OEq's Python package as a pure wheel (no extension; for tests)")
     o.add_argument("outdir", type=Path, metavar="OUTDIR")
 
-    s = sub.add_parser("stub", parents=[common], help="write a stub libcuda.so.1 for a library's driver symbols (tests, no GPU)")
+    s = sub.add_parser("libcuda-stub", parents=[common],
+                       help="write a link-only libcuda.so.1 for a library's driver symbols (tests, no GPU)")
     s.add_argument("library", type=Path)
     s.add_argument("outdir", type=Path, metavar="OUTDIR")
 
@@ -324,8 +325,8 @@ def _oeq_wheel(args) -> int:
     return 0
 
 
-def _stub(args) -> int:
-    from .stub import stub_for_library
+def _libcuda_stub(args) -> int:
+    from .driver_stub import stub_for_library
     print(stub_for_library(args.library, args.outdir))
     return 0
 
@@ -471,7 +472,7 @@ def _pins(args) -> int:
     return 0
 
 
-VERBS = {"build": _build, "verify": _verify, "oeq-wheel": _oeq_wheel, "stub": _stub, "clean-install": _clean_install,
+VERBS = {"build": _build, "verify": _verify, "oeq-wheel": _oeq_wheel, "libcuda-stub": _libcuda_stub, "clean-install": _clean_install,
          "compare-builds": _compare_builds, "install-matrix": _install_matrix, "publish": _publish, "site": _site,
          "rehearse": _rehearse, "rehearse-ci": _rehearse_ci, "check-tag": _check_tag, "pins": _pins, "release-plan": _release_plan,
          "pythons": _pythons, "fetch": _fetch}

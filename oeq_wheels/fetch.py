@@ -19,7 +19,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import members, proc, stubstore
+from . import members, proc, link_stub_store
 from .errors import OeqWheelsError
 from .files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
 from .pins import Pinned
@@ -215,16 +215,16 @@ class Remote:
 
     def unpack(self, wanted, root: Path) -> Path | None:
         """Hard-link the members satisfying wanted(name) into root, and for the libraries among them that the pins
-        stub, their link stubs (oeq_wheels.stubstore); or, where the index or file host cannot serve members,
+        stub, their link stubs (oeq_wheels.link_stub_store); or, where the index or file host cannot serve members,
         download the whole wheel and return its path for the caller to unpack."""
-        stubbed = stubstore.stubbed(self.pin)
+        stubbed = link_stub_store.stubbed(self.pin)
         lib = lambda name: name.rsplit("/", 1)[-1]  # noqa: E731
         try:
             wheel = members.RemoteWheel(self.pin, index_url())
             got = members.fetch(self.pin, lambda n: wanted(n) and lib(n) not in stubbed, self.cache, "", self.log,
                                 wheel=wheel)
             for name in [n for n in wheel.infos if wanted(n) and lib(n) in stubbed]:
-                got[name] = stubstore.ensure(wheel, stubbed[lib(name)], name, self.cache, self.log)
+                got[name] = link_stub_store.ensure(wheel, stubbed[lib(name)], name, self.cache, self.log)
         except members.Unsupported as exc:
             self.log(f"{exc}; downloading the whole {self.pin.file} instead")
             return ensure([dataclasses.replace(self.pin, record="")], self.cache, self.log)[self.pin.file]

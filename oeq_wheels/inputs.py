@@ -19,7 +19,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from . import stubstore
+from . import link_stub_store
 from .errors import OeqWheelsError
 from .files import stat_key, temp_prefix, write_atomic
 from .pins import Pinned
@@ -202,7 +202,7 @@ def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, ca
         wheel = wheel.unpack(wanted, root)
         if wheel is None:
             return
-    stubbed = stubstore.stubbed(pin)
+    stubbed = link_stub_store.stubbed(pin)
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             if info.is_dir() or not wanted(info.filename):
@@ -211,14 +211,14 @@ def _unpack_wheel(wheel, wanted, root: Path, blobs: Path | None, pin: Pinned, ca
             if lib in stubbed:
                 dest = root / info.filename
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.link(stubstore.from_zip(zf, info, pin, stubbed[lib], cache), dest)
+                os.link(link_stub_store.from_zip(zf, info, pin, stubbed[lib], cache), dest)
             else:
                 _extract_member(zf, info, root, blobs)
 
 
 def _stubs_key(pins) -> str:
     """A tree name's part for the link stubs in it (trees of the same wheel with libraries or stubs differ)."""
-    digests = [s.digest for pin in pins for s in stubstore.stubbed(pin).values()]
+    digests = [s.digest for pin in pins for s in link_stub_store.stubbed(pin).values()]
     return "-stubs" + hashlib.sha256(" ".join(digests).encode()).hexdigest()[:8] if digests else ""
 
 

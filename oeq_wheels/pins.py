@@ -23,10 +23,10 @@ class PinsError(UsageError):
 
 @dataclass(frozen=True)
 class StubPin:
-    """A library of a pinned wheel that the build links against a stub of (oeq_wheels/elfstub.py)."""
+    """A library of a pinned wheel that the build links against a stub of (oeq_wheels/link_stubs.py)."""
     lib: str                       # its file name in the wheel (the soname, for NVIDIA's)
     digest: str                    # the digest of its dynamic-symbol view, from one full download
-    tables: tuple[int, ...] = ()   # where its tables lie (elfstub.Tables): only the member's first bytes are fetched
+    tables: tuple[int, ...] = ()   # where its tables lie (link_stubs.Tables): only the member's first bytes are fetched
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Pinned:
     # sha256 of the wheel's RECORD, taken from one full download when the pin was made (`oeq-wheels pins --records`):
     # with it the build fetches only the members it reads (oeq_wheels.members); without it, the whole wheel.
     record: str = ""
-    # The libraries of this wheel the build links against a stub of (oeq_wheels/stubstore.py), from [stubs."FILE"].
+    # The libraries of this wheel the build links against a stub of (oeq_wheels/link_stub_store.py), from [stubs."FILE"].
     stubs: tuple["StubPin", ...] = ()
     url: str = ""      # where it is fetched from, when not from the Python index (a Debian package of the toolchain)
 

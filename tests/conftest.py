@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repository root so that
 sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
-from oeq_wheels import build, debian, pins as pins_mod, stub  # noqa: E402
+from oeq_wheels import build, debian, pins as pins_mod, driver_stub  # noqa: E402
 from builds import cli, finish, hidden, private_cache, processes_of, wait_for, wheels_in  # noqa: E402
 from oeq_wheels.files import default_cache, locked  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
@@ -170,7 +170,7 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
     with zipfile.ZipFile(cp311_wheel) as zf:
         lib = d / "lib.so"
         lib.write_bytes(zf.read("fastmace_oeq_ext/libtorch_tp_jit.so"))
-    return stub.stub_for_library(lib, d / "lib").parent
+    return driver_stub.stub_for_library(lib, d / "lib").parent
 
 
 @pytest.fixture(scope="session")

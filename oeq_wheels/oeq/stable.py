@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags as wheel_cuda
 
-from .. import proc, stub
+from .. import proc, driver_stub
 from ..errors import OeqWheelsError
 from ..toolchain import SHIM_DIR, ObjectCache, Toolchain, link_stripped, prefix_map_flags
 from ..pins import OeqLine
@@ -156,7 +156,7 @@ def build_support(ob: OeqLine, recipe: Recipe, objects: ObjectCache, toolchain: 
     stub_so = out / f"lib{ob.stub_library}.so"
     _run([*shlex.split(toolchain.cxx), "-shared", str(stream_obj), f"-Wl,-soname,{stub_so.name}", "-o", str(stub_so)],
          "linking OEq's stream stub")
-    stub.make_stub(stub.undefined_driver_symbols(driver_objects), out, toolchain.cc)
+    driver_stub.make_stub(driver_stub.undefined_driver_symbols(driver_objects), out, toolchain.cc)
     return out
 
 

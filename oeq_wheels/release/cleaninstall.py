@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
+from .. import pins as pins_mod, proc, pythons, sentinels, driver_stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from ..verify import Verdict
@@ -150,8 +150,8 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
             ext = Path(proc.run([str(vpy), "-c", "import importlib.util as u; print(u.find_spec('fastmace_oeq_ext')"
                                  ".submodule_search_locations[0])"], capture_output=True, text=True, check=True,
                                 env=env).stdout.strip())
-            stub_dir = stub.stub_for_library(ext / "libtorch_tp_jit.so", work / "libcuda-stub").parent
-            env.update(LD_LIBRARY_PATH=stub.loader_path(stub_dir, env),
+            stub_dir = driver_stub.stub_for_library(ext / "libtorch_tp_jit.so", work / "libcuda-stub").parent
+            env.update(LD_LIBRARY_PATH=driver_stub.loader_path(stub_dir, env),
                        OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / "libcuda.so.1"))
             say("no GPU here: a stub libcuda.so.1 stands in for the driver")
         doc = proc.run([str(venv / "bin" / "fastmace"), "doctor", "--no-hash"], capture_output=True, text=True,

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, stub, venvs
+from .. import pins as pins_mod, proc, pythons, sentinels, driver_stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
 from ..files import default_cache
@@ -204,7 +204,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
         if mods and (case.foreign or not has_gpu()):  # a stub driver of the library's architecture
             cc = cross_toolchain(case.line.arch).cc if case.foreign else "gcc"
-            run_env["LD_LIBRARY_PATH"] = stub.loader_path(stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent,
+            run_env["LD_LIBRARY_PATH"] = driver_stub.loader_path(driver_stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent,
                                                           run_env)
         if with_fastmace:
             run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled

@@ -22,7 +22,7 @@ from wheel.wheelfile import WheelFile
 from conftest import run_cli
 from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import build, debian, pins as P, stub, venvs, verify
+from oeq_wheels import build, debian, pins as P, driver_stub, venvs, verify
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
@@ -220,7 +220,7 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     assert r.returncode == 0, r.stderr[-3000:]
     extlib = site / "openequivariance" / "_torch" / "extlib"
     mods = sorted(extlib.glob("*.so"))
-    stub_dir = stub.make_stub(stub.undefined_driver_symbols(mods, dynamic=True), tmp_path / "stub",
+    stub_dir = driver_stub.make_stub(driver_stub.undefined_driver_symbols(mods, dynamic=True), tmp_path / "stub",
                               cc.cross_toolchain(emulation).cc).parent
     venv = tmp_path / "venv"
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False, runner=runner)

@@ -99,8 +99,8 @@ def test_wheel_loads_beside_torch(cp311_wheel, torch_venv, libcuda_stub, tmp_pat
     assert "LOADED" in r.stdout and "site-packages/fastmace_oeq_ext/libtorch_tp_jit.so" in r.stdout
     # With a libcuda.so.1 that lacks the driver calls the load must fail: the load above really needed the stub's
     # symbols (first on the loader's path, so a machine's real driver cannot stand in for it).
-    from oeq_wheels import stub
-    empty = stub.make_stub(["cuNotADriverCall"], tmp_path / "empty").parent
+    from oeq_wheels import driver_stub
+    empty = driver_stub.make_stub(["cuNotADriverCall"], tmp_path / "empty").parent
     r2 = subprocess.run([str(py), "-W", "ignore", "-c", LOAD_SCRIPT], capture_output=True, text=True,
                         env=dict(os.environ, LD_LIBRARY_PATH=str(empty)), cwd="/")
     assert r2.returncode != 0 and "undefined symbol: cu" in r2.stderr, r2.stderr[-2000:]

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, oeq_wheel_of
-from oeq_wheels import pins as P, stub, venvs
+from oeq_wheels import driver_stub as libcuda, pins as P, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -152,7 +152,7 @@ def reinstall(venv: Path, *wheels: Path) -> None:
 
 def driver_stub(libraries: list[Path], out: Path) -> Path:
     """A libcuda.so.1 defining the driver symbols these libraries need (no GPU here); its directory."""
-    return stub.make_stub(stub.undefined_driver_symbols(libraries, dynamic=True), out).parent
+    return libcuda.make_stub(libcuda.undefined_driver_symbols(libraries, dynamic=True), out).parent
 
 
 def environment(venv: Path, sentinels, stub_dir: Path, tmp_path: Path, rules: bool, **extra) -> dict:

@@ -98,8 +98,8 @@ def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
-    from oeq_wheels import stub
-    stub_dir = stub.stub_for_library(site / EXTLIB / "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so",
+    from oeq_wheels import driver_stub
+    stub_dir = driver_stub.stub_for_library(site / EXTLIB / "oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so",
                                      tmp_path / "stub").parent
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "FASTMACE_OEQ_PREBUILT")}
     env.update(PYTHONPATH=f"{site}{os.pathsep}{RUNTIME}", LD_LIBRARY_PATH=str(stub_dir),

@@ -81,10 +81,10 @@ def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypat
     install-matrix's and the clean install's checks put the stub driver first and keep the rest (make rehearse-ci
     found the matrix's check failing to start its venv's python)."""
     from pathlib import Path
-    from oeq_wheels import stub
-    assert stub.loader_path(Path("/stub"), {"LD_LIBRARY_PATH": "/py/lib"}) == "/stub:/py/lib"
-    assert stub.loader_path(Path("/stub"), {}) == "/stub"
+    from oeq_wheels import driver_stub
+    assert driver_stub.loader_path(Path("/stub"), {"LD_LIBRARY_PATH": "/py/lib"}) == "/stub:/py/lib"
+    assert driver_stub.loader_path(Path("/stub"), {}) == "/stub"
     import inspect
     from oeq_wheels.release import cleaninstall, installmatrix
     for mod in (installmatrix, cleaninstall):
-        assert "stub.loader_path(" in inspect.getsource(mod), mod.__name__
+        assert "driver_stub.loader_path(" in inspect.getsource(mod), mod.__name__

@@ -1,7 +1,7 @@
 """Link stubs of the pinned libraries, each made once and kept under cache/stubs/ by its view digest.
 
 pins.toml names, for each torch and NVIDIA wheel, the digest of each linked library's dynamic-symbol view
-(oeq_wheels/elfstub.py), taken from one full download when the pin was made. The chain of trust:
+(oeq_wheels/link_stubs.py), taken from one full download when the pin was made. The chain of trust:
 - a library with pinned table places (the NVIDIA libraries keep their tables at the start) is read from the
   first bytes of its member, fetched by range (members.fetch_prefix); RECORD covers whole members only, so what
   is used is the view, and its digest must be the pinned one;
@@ -24,7 +24,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from . import elfstub, members
+from . import link_stubs, members
 from .files import locked_dir, sweep_stale, temp_prefix
 from .pins import Pinned, StubPin
 
@@ -45,8 +45,8 @@ def store_path(cache: Path, sp: StubPin) -> Path:
 def _usable(path: Path, digest: str) -> bool:
     """The stored stub is there and still of its digest (read again each time a tree is made from it)."""
     try:
-        return elfstub.view_of_file(path)[0].digest() == digest
-    except (OSError, ValueError, elfstub.StubError):
+        return link_stubs.view_of_file(path)[0].digest() == digest
+    except (OSError, ValueError, link_stubs.StubError):
         return False
 
 
@@ -67,13 +67,13 @@ def ensure(wheel: members.RemoteWheel, sp: StubPin, member: str, cache: Path, lo
         if _usable(path, sp.digest):
             return path
         if sp.tables:
-            tables = elfstub.Tables.from_list(list(sp.tables))
+            tables = link_stubs.Tables.from_list(list(sp.tables))
             data = members.fetch_prefix(wheel, member, tables.end, cache, log)
-            view = _view(lambda: elfstub.read_view(data, tables, sp.lib), pin, member)
+            view = _view(lambda: link_stubs.read_view(data, tables, sp.lib), pin, member)
         else:
             stored = members.fetch(pin, lambda n: n == member, cache, "", log, what=member, wheel=wheel)[member]
             try:
-                view = _view(lambda: elfstub.view_of_file(stored)[0], pin, member)
+                view = _view(lambda: link_stubs.view_of_file(stored)[0], pin, member)
             finally:
                 stored.unlink(missing_ok=True)  # the stub is what the build keeps; the library is ~100-500 MB
         return _store(view, pin, sp, member, path)
@@ -92,13 +92,13 @@ def from_zip(zf: zipfile.ZipFile, info: zipfile.ZipInfo, pin: Pinned, sp: StubPi
         try:
             with zf.open(info) as src, open(tmp, "wb") as dst:  # zipfile checks the CRC at the end
                 shutil.copyfileobj(src, dst, 1 << 22)
-            view = _view(lambda: elfstub.view_of_file(tmp)[0], pin, info.filename)
+            view = _view(lambda: link_stubs.view_of_file(tmp)[0], pin, info.filename)
         finally:
             tmp.unlink(missing_ok=True)
         return _store(view, pin, sp, info.filename, path)
 
 
-def _store(view: elfstub.View, pin: Pinned, sp: StubPin, member: str, path: Path) -> Path:
+def _store(view: link_stubs.View, pin: Pinned, sp: StubPin, member: str, path: Path) -> Path:
     """Write the stub of a view with the pinned digest, checked by reading it back; refuse any other view."""
     if view.digest() != sp.digest:
         raise members.MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
@@ -108,20 +108,20 @@ def _store(view: elfstub.View, pin: Pinned, sp: StubPin, member: str, path: Path
     sweep_stale(path.parent)  # a stub half-written by a run that was killed
     tmp = path.with_name(temp_prefix(path.name) + "stub")
     try:
-        elfstub.write_stub(view, tmp)
-        if elfstub.view_of_file(tmp)[0].digest() != sp.digest:
-            raise elfstub.StubError(f"the stub written for {member} does not read back as its library; "
-                                    "this is a defect of oeq_wheels/elfstub.py")
+        link_stubs.write_stub(view, tmp)
+        if link_stubs.view_of_file(tmp)[0].digest() != sp.digest:
+            raise link_stubs.StubError(f"the stub written for {member} does not read back as its library; "
+                                    "this is a defect of oeq_wheels/link_stubs.py")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
-def _view(read, pin: Pinned, member: str) -> elfstub.View:
+def _view(read, pin: Pinned, member: str) -> link_stubs.View:
     try:
         return read()
-    except elfstub.StubError as exc:
+    except link_stubs.StubError as exc:
         raise members.MemberError(f"{pin.file}: {member}: {exc}; refusing it") from None
     except (IndexError, ValueError, UnicodeDecodeError, struct.error):
         raise members.MemberError(f"{pin.file}: {member}: its symbol tables are not where the pins say; "

@@ -3,7 +3,7 @@
 The build links against torch's and NVIDIA's libraries but never runs them. What the linker reads of a shared
 library is its soname, its dynamic symbols (name, type, binding, visibility, size, version) and its version
 definitions; a stub with exactly those gives the same output as the library itself (bench/run.py --fetch-equal
-and tests/unit/test_elfstub.py compare). A stub of libtorch_cuda.so (~500 MB) is a few MB.
+and tests/unit/test_link_stubs.py compare). A stub of libtorch_cuda.so (~500 MB) is a few MB.
 
 The symbols are read from the library's own tables: from a whole file by its section headers, or from the first
 bytes of a file whose table places were pinned (oeq_wheels/pins.toml; the NVIDIA libraries keep their tables at

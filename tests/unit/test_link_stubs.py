@@ -1,4 +1,4 @@
-"""Link stubs (oeq_wheels/elfstub.py, oeq_wheels/stubstore.py): a library's dynamic symbols and nothing else give
+"""Link stubs (oeq_wheels/link_stubs.py, oeq_wheels/link_stub_store.py): a library's dynamic symbols and nothing else give
 the linker's output byte for byte; a stub is made from a whole library or from the first bytes of its member, and
 used only with the pinned digest. The full-size proof (the 20 release wheels from stubs equal those from the
 libraries) is bench/run.py --fetch-equal."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fake_registry import Registry
-from oeq_wheels import elfstub, fetch, files, inputs, members, pins as P, stubstore
+from oeq_wheels import link_stubs, fetch, files, inputs, members, pins as P, link_stub_store
 from test_members import wheel
 
 LIB = r"""
@@ -47,7 +47,7 @@ def _cc(*args: str) -> None:
 def built(tmp_path_factory) -> dict[str, Path]:
     """A versioned library (two versions of one symbol, a weak alias, an object, a TLS variable) and an object
     that uses each of them."""
-    d = tmp_path_factory.mktemp("elfstub")
+    d = tmp_path_factory.mktemp("link_stubs")
     (d / "lib.c").write_text(LIB + PAD)
     (d / "v.map").write_text(VERSIONS)
     (d / "use.c").write_text(USER)
@@ -64,12 +64,12 @@ def _link_against(built, libdir: Path, out: Path) -> bytes:
 
 
 def test_linking_against_the_stub_gives_the_same_bytes_as_the_library(built, tmp_path):
-    view, _ = elfstub.view_of_file(built["lib"])
+    view, _ = link_stubs.view_of_file(built["lib"])
     names = {s[0] for s in view.symbols}
     assert {"foo", "bar", "baz", "table", "tls_counter", "V1", "V2"} <= names
-    stub = elfstub.write_stub(view, tmp_path / "stub" / "libtest.so")
+    stub = link_stubs.write_stub(view, tmp_path / "stub" / "libtest.so")
     assert stub.stat().st_size < built["lib"].stat().st_size // 10
-    assert elfstub.view_of_file(stub)[0] == view  # the stub reads back as the library
+    assert link_stubs.view_of_file(stub)[0] == view  # the stub reads back as the library
     real = _link_against(built, built["lib"].parent, tmp_path / "real.so")
     assert _link_against(built, stub.parent, tmp_path / "stubbed.so") == real
     syms = subprocess.run(["readelf", "--dyn-syms", "-W", str(tmp_path / "real.so")], capture_output=True,
@@ -79,10 +79,10 @@ def test_linking_against_the_stub_gives_the_same_bytes_as_the_library(built, tmp
 
 def test_a_stub_that_lost_a_symbol_changes_the_output(built, tmp_path):
     """The comparison above can fail: a stub without baz's weak alias links to other bytes (or not at all)."""
-    view, _ = elfstub.view_of_file(built["lib"])
-    poorer = elfstub.View(view.machine, view.osabi, view.flags, view.soname, view.verdefs,
+    view, _ = link_stubs.view_of_file(built["lib"])
+    poorer = link_stubs.View(view.machine, view.osabi, view.flags, view.soname, view.verdefs,
                           tuple(s for s in view.symbols if s[0] != "table"))
-    stub = elfstub.write_stub(poorer, tmp_path / "stub" / "libtest.so")
+    stub = link_stubs.write_stub(poorer, tmp_path / "stub" / "libtest.so")
     real = _link_against(built, built["lib"].parent, tmp_path / "real.so")
     try:
         assert _link_against(built, stub.parent, tmp_path / "stubbed.so") != real
@@ -92,12 +92,12 @@ def test_a_stub_that_lost_a_symbol_changes_the_output(built, tmp_path):
 
 def test_the_first_bytes_give_the_same_view_as_the_whole_library(built):
     data = built["lib"].read_bytes()
-    view, tables = elfstub.view_of_file(built["lib"])
+    view, tables = link_stubs.view_of_file(built["lib"])
     assert tables.end < len(data) // 4  # the 1 MB of code and data lie after the tables
-    assert elfstub.read_view(data[:tables.end], tables, SONAME) == view
-    assert elfstub.Tables.from_list(tables.to_list()) == tables
-    with pytest.raises(elfstub.StubError, match="the tables end at"):
-        elfstub.read_view(data[:tables.end - 1], tables, SONAME)
+    assert link_stubs.read_view(data[:tables.end], tables, SONAME) == view
+    assert link_stubs.Tables.from_list(tables.to_list()) == tables
+    with pytest.raises(link_stubs.StubError, match="the tables end at"):
+        link_stubs.read_view(data[:tables.end - 1], tables, SONAME)
 
 
 def test_what_is_not_a_64_bit_little_endian_library_is_refused_in_one_line(tmp_path):
@@ -105,8 +105,8 @@ def test_what_is_not_a_64_bit_little_endian_library_is_refused_in_one_line(tmp_p
                       (b"\x7fELF\x01\x01\x01" + bytes(100), "not a 64-bit little-endian ELF file")):
         path = tmp_path / "libx.so"
         path.write_bytes(body)
-        with pytest.raises(elfstub.StubError) as err:
-            elfstub.view_of_file(path)
+        with pytest.raises(link_stubs.StubError) as err:
+            link_stubs.view_of_file(path)
         assert str(err.value) == f"libx.so: {why}" or str(err.value).startswith(f"libx.so: {why}")
 
 
@@ -130,7 +130,7 @@ def served(monkeypatch, built):
 
 
 def _stub_pin(built, prefix: bool, digest: str | None = None) -> P.StubPin:
-    view, tables = elfstub.view_of_file(built["lib"])
+    view, tables = link_stubs.view_of_file(built["lib"])
     return P.StubPin(SONAME, digest or view.digest(), tuple(tables.to_list()) if prefix else ())
 
 
@@ -142,7 +142,7 @@ def test_the_tree_holds_the_stub_and_the_library_is_fetched_in_part_or_not_kept(
     got = fetch.ensure([pin], cache)
     tree = inputs.cuda_tree([(pin, got[NAME])], cache)
     lib = tree / "nvidia" / "cu13" / "lib" / SONAME
-    assert elfstub.view_of_file(lib)[0] == elfstub.view_of_file(built["lib"])[0]
+    assert link_stubs.view_of_file(lib)[0] == link_stubs.view_of_file(built["lib"])[0]
     assert lib.read_bytes() != built["lib"].read_bytes()
     size = built["lib"].stat().st_size
     assert (reg.sent[NAME] < 256 << 10) == prefix, reg.sent  # the first bytes only, or the 512 KB as well
@@ -165,14 +165,14 @@ def test_a_second_maker_waits_for_the_first_and_uses_its_stub(served, built, tmp
     cache = tmp_path / "cache"
     remote = members.RemoteWheel(pin, fetch.index_url())
     before = reg.sent[NAME]  # its central directory and RECORD
-    path = stubstore.store_path(cache, sp)
+    path = link_stub_store.store_path(cache, sp)
     got = {}
     with files.locked_dir(path.parent):  # the first maker, as another process would hold it
-        second = threading.Thread(target=lambda: got.update(path=stubstore.ensure(remote, sp, MEMBER, cache)))
+        second = threading.Thread(target=lambda: got.update(path=link_stub_store.ensure(remote, sp, MEMBER, cache)))
         second.start()
         second.join(1.0)
         assert second.is_alive() and reg.sent[NAME] == before
-        stubstore._store(elfstub.view_of_file(built["lib"])[0], pin, sp, MEMBER, path)
+        link_stub_store._store(link_stubs.view_of_file(built["lib"])[0], pin, sp, MEMBER, path)
     second.join(30)
     assert got["path"] == path and reg.sent[NAME] == before
 
