@@ -19,12 +19,12 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
-from . import buildroot, fetch, inputs, pins as pins_mod, pythons, driver_stub, verify
+from . import buildroot, fetch, inputs, pins as pins_mod, pythons, driver_stub, elf, gate_common, tags
 from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
-from .ext.verify import verify_wheel
+from .ext.gate import verify_wheel
 from .oeq import stable, wheel as oeqpy
-from .oeq.verify import verify_oeq_binary
+from .oeq.gate import verify_oeq_binary
 from .errors import OeqWheelsError, UsageError
 from .files import default_cache, sha256_file, sweep_stale
 from .output import extra_dir, place
@@ -67,7 +67,7 @@ class Shared:
 
     @property
     def verdicts(self) -> Path:
-        """Where the build remembers auditwheel's and twine's verdicts by wheel sha256 (verify.audit)."""
+        """Where the build remembers auditwheel's and twine's verdicts by wheel sha256 (tags.audit)."""
         return self.cache / "verdicts"
 
 
@@ -89,7 +89,7 @@ class LineBuild:
 
     def recipe(self, python_include: str | None = None, limited_api: bool = False) -> stable.Recipe:
         ob = self.line
-        return stable.Recipe(self.trees, verify.manylinux_version(ob.arch.platform_tag) < (2, 32),
+        return stable.Recipe(self.trees, tags.manylinux_version(ob.arch.platform_tag) < (2, 32),
                              python_include=python_include, torch_label=f"torch-{ob.torch.version}",
                              tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api)
 
@@ -112,7 +112,7 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
     common_map = {str(ext): "openequivariance/extension", str(tc.SHIM_DIR): "oeq-wheels-shim"}
     prefix_map = {**common_map, str(torch_root): f"torch-{p.matrix.torch_version}", str(cuda_root): "nvidia",
                   str(pybind11_include): "pybind11/include", python_include: f"python{interp.version}"}
-    glibc_shim = verify.manylinux_version(p.platform_tag) < (2, 32)
+    glibc_shim = tags.manylinux_version(p.platform_tag) < (2, 32)
     ctx = cc.CompileContext(ext, torch_root, cuda.include_dirs, pybind11_include, python_include,
                             p.oeq_extension_name, cc.torch_cxx_std(torch_root), cc.torch_cxx11_abi(torch_root),
                             glibc_shim, prefix_map)
@@ -126,11 +126,11 @@ def compile_contexts(p: pins_mod.Pins, interp: pythons.Interpreter, torch_root: 
 def _proven_platform(p: pins_mod.Pins, libs: dict[str, Path], cp: str, tmp: Path, st: Stage, who: str,
                      memo_dir: Path, target: str) -> str:
     """Pack the libraries alone with the generic tag, let auditwheel judge them, and choose the tag."""
-    probe = wheelfile.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch, arch=verify.tag_arch(target))
-    proven, problems = verify.proven_tag(verify.audit(probe, memo_dir), verify.external_ok(p))
+    probe = wheelfile.probe_wheel(libs, cp, tmp / "probe", p.source_date_epoch, arch=tags.tag_arch(target))
+    proven, problems = tags.proven_tag(tags.audit(probe, memo_dir), tags.external_ok(p))
     if problems:
         raise BuildError("; ".join(problems))
-    platform = verify.choose_tag(target, proven)
+    platform = tags.choose_tag(target, proven)
     st.note = f"auditwheel: symbols fit {proven} -> tag {platform}"
     if platform != target:
         say(f"[{who}] NOTE: the binary needs {proven}; tagging {platform}, not the target "
@@ -176,7 +176,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
                          f"flags: {' '.join(flags)}\n")
         lic = sh.oeq_root / "LICENSE"
-        lib_sha256, glibc = sha256_file(lib), verify.glibc_max_symbol(lib.read_bytes())
+        lib_sha256, glibc = sha256_file(lib), elf.glibc_max_symbol(lib.read_bytes())
         rows = []
         # One library, one wheel per OpenEquivariance FastMACE may find beside it (pins: oeq_variants).
         for vp in p.ext_variants:
@@ -439,7 +439,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                  for v in ext_wanted for pin in [pins.matrix.torch_wheel(pins_mod.cp_tag(v))]}
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain, objects, {},
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),
-                                  *verify.default_forbidden_paths()}))
+                                  *gate_common.default_forbidden_paths()}))
     rows, failures = [], {}
     oeq_pythons = {l.key: [v for v in wanted if v in l.pythons] for l in oeq_lines}
     try:

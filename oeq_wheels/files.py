@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -98,3 +100,23 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process
         return True
     return True
+
+
+def remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
+    """ask() -> a JSON-able verdict; with memo_dir, remembered under the wheel's sha256 and the tool's version.
+
+    Starting auditwheel and twine takes most of a no-change rebuild, whose wheels are byte-identical
+    to the last ones. Only the build passes memo_dir: `verify` and `publish` always ask afresh.
+    """
+    if memo_dir is None:
+        return ask()
+    key = hashlib.sha256(f"{tool} {importlib.metadata.version(tool)} ".encode() + wheel.read_bytes()).hexdigest()
+    memo = memo_dir / f"{tool}-{key}.json"
+    try:
+        return json.loads(memo.read_text())
+    except (OSError, ValueError):
+        pass
+    verdict = ask()
+    memo_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(memo, json.dumps(verdict))
+    return verdict

@@ -1,5 +1,5 @@
 """Which product's gate a wheel goes through, by its project name: for the callers that take either product
-(`oeq-wheels verify`, publish). Here, above both gates, so that the common part (verify.py) imports no product."""
+(`oeq-wheels verify`, publish). Here, above both gates, so that the common part (gate_common.py) imports no product."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +7,9 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from . import pins as pins_mod
-from .ext.verify import verify_wheel
-from .oeq.verify import verify_oeq_binary
-from .verify import Verdict
+from .ext.gate import verify_wheel
+from .oeq.gate import verify_oeq_binary
+from .gate_common import Verdict
 
 
 def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:

@@ -1,1 +1,1 @@
-"""Binary openequivariance wheels: OEq's stable-ABI extension, one build per CUDA line (stable, wheel, verify)."""
+"""Binary openequivariance wheels: OEq's stable-ABI extension, one build per CUDA line (stable, wheel, gate)."""

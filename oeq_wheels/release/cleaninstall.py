@@ -31,7 +31,7 @@ from pathlib import Path
 from .. import pins as pins_mod, proc, pythons, sentinels, driver_stub, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
-from ..verify import Verdict
+from ..gate_common import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_SCRIPT = REPO / "tools" / "fastmace_smoke.py"

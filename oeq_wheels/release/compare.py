@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE
 
-from .. import pins as pins_mod, verify
+from .. import pins as pins_mod, elf, tags
 from ..errors import OeqWheelsError
 
 
@@ -24,7 +24,7 @@ class CompareError(OeqWheelsError):
 
 def facts(wheel: Path, pins: pins_mod.Pins) -> dict:
     """What the gate sees of one binary openequivariance wheel (it must pass the gate first)."""
-    from ..oeq.verify import verify_oeq_binary
+    from ..oeq.gate import verify_oeq_binary
     v = verify_oeq_binary(wheel, pins)
     if not v.ok:
         raise CompareError(f"{wheel.name} fails the gate: {'; '.join(v.problems)}")
@@ -34,10 +34,10 @@ def facts(wheel: Path, pins: pins_mod.Pins) -> dict:
         for name in out["files"]:
             data = zf.read(name)
             if name.endswith(".so"):
-                elf = verify.elf_facts(data)
-                out[name] = {"machine": elf["machine"], "needed": elf["needed"], "runpath": elf["runpath"],
+                facts = elf.elf_facts(data)
+                out[name] = {"machine": facts["machine"], "needed": facts["needed"], "runpath": facts["runpath"],
                              "imports": sorted(f"{n}@{ver}" if ver else n
-                                               for n, ver in verify.dynamic_symbols(data, defined=False))}
+                                               for n, ver in elf.dynamic_symbols(data, defined=False))}
             elif name.endswith(OEQ_BUILD_FILE):  # the same pinned inputs; the compiler and the hashes differ
                 record = json.loads(data)
                 out[name] = {k: json.dumps(v) for k, v in record.items() if k not in ("compiler", "files")}
@@ -74,7 +74,7 @@ def run(first: Path, second: Path, arches: list[str] | None = None) -> int:
     wheel of `second`; only those of the given architectures (default: every one in `second`)."""
     pins = pins_mod.load()
     pick = lambda d: {w.name: w for w in sorted(Path(d).glob("openequivariance-*.whl"))
-                      if arches is None or verify.wheel_arch(w.name) in arches}
+                      if arches is None or tags.wheel_arch(w.name) in arches}
     a, b = pick(first), pick(second)
     if not b:
         raise CompareError(f"{second} holds no openequivariance wheel{' for ' + ','.join(arches) if arches else ''}")

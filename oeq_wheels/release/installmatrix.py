@@ -38,7 +38,7 @@ from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
 from ..files import default_cache
 from ..output import extra_dir
-from ..verify import wheel_arch
+from ..tags import wheel_arch
 from . import emulated, hosts, site as site_mod
 from .cleaninstall import has_gpu
 

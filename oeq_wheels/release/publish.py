@@ -21,7 +21,7 @@ from .. import pins as pins_mod
 from ..errors import UsageError
 from ..files import sha256_file
 from ..gate import verify_any
-from ..oeq.verify import line_of
+from ..oeq.gate import line_of
 from ..output import extra_dir
 
 

@@ -40,7 +40,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from .. import pins as pins_mod
 from ..errors import UsageError
 from ..files import sha256_file
-from ..verify import python_of
+from ..gate_common import python_of
 
 PROJECT = "openequivariance"
 

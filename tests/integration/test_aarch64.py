@@ -22,10 +22,10 @@ from wheel.wheelfile import WheelFile
 from conftest import run_cli
 from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import build, debian, pins as P, driver_stub, venvs, verify
+from oeq_wheels import build, debian, pins as P, driver_stub, venvs, elf
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
-from oeq_wheels.oeq.verify import torch_abi_audit, verify_oeq_binary
+from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
 from oeq_wheels.release import emulated, installmatrix
 
 EXTLIB = "openequivariance/_torch/extlib/"
@@ -45,14 +45,14 @@ def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(
         assert all(a.read(n) == x.read(n) for n in same)
         for name in (MODULE, AOTI):
             data = a.read(name)
-            facts = verify.elf_facts(data)
+            facts = elf.elf_facts(data)
             assert facts["machine"] == "EM_AARCH64" and facts["stripped"]
             assert facts["runpath"] == x86.runpath() == arm.runpath()
             assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
                     "libcublas.so.13", "libcuda.so.1"} <= set(facts["needed"])
-            needs = verify.dynamic_symbols(data, defined=False)
-            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
-            glibc = verify.glibc_max_symbol(data)  # a version, compared as one: GLIBC_2.4 is older than 2.28
+            needs = elf.dynamic_symbols(data, defined=False)
+            assert not [n for n, _ in needs if elf.TORCH_CXX.search(n)]
+            glibc = elf.glibc_max_symbol(data)  # a version, compared as one: GLIBC_2.4 is older than 2.28
             assert Version(glibc.removeprefix("GLIBC_")) <= Version("2.28"), glibc
         record = OeqBuild.from_json(a.read(f"openequivariance-{version}.dist-info/{OEQ_BUILD_FILE}").decode())
     assert record.built_against.file == arm.torch.file and arm.torch.file.endswith("_aarch64.whl")

@@ -12,7 +12,7 @@ from builds import private_cache
 from conftest import REPO, run_cli
 from fastmace_oeq_ext.manifest import Manifest
 from oeq_wheels.ext import assemble
-from oeq_wheels import build, pins as P, verify
+from oeq_wheels import build, pins as P, elf, tags
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -45,7 +45,7 @@ def test_wheel_contents_and_metadata(cp311_wheel):
 def test_library_links_right_and_is_clean(cp311_wheel):
     with zipfile.ZipFile(cp311_wheel) as zf:
         lib = zf.read("fastmace_oeq_ext/libtorch_tp_jit.so")
-    facts = verify.elf_facts(lib)
+    facts = elf.elf_facts(lib)
     pins = P.load()
     assert facts["runpath"] == "$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib"
     assert pins.torch_needed | pins.cuda_needed <= set(facts["needed"])
@@ -59,9 +59,9 @@ def test_verify_cli_passes_and_auditwheel_proves_2_28(cp311_wheel):
     r = run_cli("verify", str(cp311_wheel))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK" in r.stdout and "manylinux_2_2" in r.stdout
-    report = verify.audit(cp311_wheel)
-    tag, problems = verify.proven_tag(report, verify.external_ok(P.load()))
-    assert not problems and verify.manylinux_version(tag) <= (2, 28)
+    report = tags.audit(cp311_wheel)
+    tag, problems = tags.proven_tag(report, tags.external_ok(P.load()))
+    assert not problems and tags.manylinux_version(tag) <= (2, 28)
 
 
 def test_licence_equals_the_sdist(cp311_wheel, cache):

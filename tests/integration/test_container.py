@@ -16,7 +16,7 @@ import pytest
 import engine as test_image
 from conftest import REPO, unavailable
 from oeq_wheels import debian, members
-from oeq_wheels.ext.verify import verify_wheel
+from oeq_wheels.ext.gate import verify_wheel
 from oeq_wheels.output import extra_dir
 
 pytestmark = pytest.mark.engines  # tools/ci/test.sh brings its engines up for these files

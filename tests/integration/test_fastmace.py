@@ -173,7 +173,7 @@ def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
 
 def test_verify_and_publish_refuse_a_wheel_fastmace_refuses(cp311_wheel, tmp_path):
     """A wheel whose manifest FastMACE cannot accept fails the gate, with FastMACE's reason."""
-    from oeq_wheels.ext.verify import verify_wheel
+    from oeq_wheels.ext.gate import verify_wheel
     pins = P.load()
     t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
     bad = tmp_path / cp311_wheel.name

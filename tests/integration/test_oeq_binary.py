@@ -7,8 +7,8 @@ import zipfile
 
 from conftest import RUNTIME, run_cli
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import inputs, pins as P, verify
-from oeq_wheels.oeq.verify import verify_oeq_binary
+from oeq_wheels import inputs, pins as P, elf
+from oeq_wheels.oeq.gate import verify_oeq_binary
 
 VERSION = P.load().oeq_binary.version(P.load().oeq.version)
 EXTLIB = "openequivariance/_torch/extlib/"
@@ -46,15 +46,15 @@ def test_libraries_link_by_soname_into_torch_and_the_cuda_wheels(cp311_oeq_wheel
     with zipfile.ZipFile(cp311_oeq_wheel) as zf:
         for name in ("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", "liboeq_stable_cuda_aoti.so"):
             data = zf.read(EXTLIB + name)
-            facts = verify.elf_facts(data)
+            facts = elf.elf_facts(data)
             assert facts["runpath"] == "$ORIGIN/../../../torch/lib:$ORIGIN/../../../nvidia/cu13/lib"
             assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
                     "libcublas.so.13", "libcuda.so.1"} <= set(facts["needed"])
             assert facts["stripped"] and not any(n.startswith("libpython") for n in facts["needed"])
             # torch only through its stable C ABI (aoti_torch_*), no c10::/at::/torch:: C++ symbols.
-            needs = verify.dynamic_symbols(data, defined=False)
+            needs = elf.dynamic_symbols(data, defined=False)
             assert any(n.startswith("aoti_torch_") for n, _ in needs)
-            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
+            assert not [n for n, _ in needs if elf.TORCH_CXX.search(n)]
             assert {v for _, v in needs} >= set(ob.cuda_sonames())  # versioned CUDA symbols, checked by verify
 
 
@@ -156,12 +156,12 @@ def test_the_cuda12_line_links_the_cuda12_wheels_and_passes_the_gate(cp311_oeq_c
                                             f"{OEQ_BUILD_FILE}").decode())
         for name in ("oeq_stable_cuda.cpython-311-x86_64-linux-gnu.so", "liboeq_stable_cuda_aoti.so"):
             data = zf.read(EXTLIB + name)
-            facts = verify.elf_facts(data)
+            facts = elf.elf_facts(data)
             assert facts["runpath"] == cu12.runpath()
             assert {"libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12", "libcuda.so.1"} <= set(facts["needed"])
             assert not {"libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13"} & set(facts["needed"])
-            needs = verify.dynamic_symbols(data, defined=False)
-            assert not [n for n, _ in needs if verify.TORCH_CXX.search(n)]
+            needs = elf.dynamic_symbols(data, defined=False)
+            assert not [n for n, _ in needs if elf.TORCH_CXX.search(n)]
             assert {v for _, v in needs} >= set(cu12.cuda_sonames())
     assert (record.torch_min, record.cuda_major, record.built_against.version) == \
         (cu12.torch_min, cu12.cuda_major, cu12.torch.version)
@@ -183,7 +183,7 @@ def _so(tmp_path, name: str, source: str, *link: str, version_script: str | None
 
 
 def test_the_cuda_symbol_check_refuses_a_symbol_the_oldest_pinned_library_lacks(tmp_path):
-    from oeq_wheels.oeq.verify import abi_problems
+    from oeq_wheels.oeq.gate import abi_problems
     soname = "libcublas.so.13"  # NVIDIA versions its symbols by soname, as the check expects
     script = f"{soname} {{ global: %s local: *; }};"
     old, new = tmp_path / "old", tmp_path / "new"
@@ -209,7 +209,7 @@ def test_from_cpython_3_12_on_one_stable_abi_wheel_and_the_gate_proves_its_abi(a
     """nanobind's STABLE_ABI: the module built against Python's limited API 3.12 and named as CPython imports an
     abi3 module; the tag, the module's suffix and the index's Requires-Python agree; abi3audit (beside
     torch-abi-audit) passes it and refuses a module that uses more than the limited API."""
-    from oeq_wheels.oeq.verify import abi3audit
+    from oeq_wheels.oeq.gate import abi3audit
     from oeq_wheels.release.site import _requires_python
     pins = P.load()
     assert abi3_oeq_wheel.name == f"openequivariance-{VERSION}-cp312-abi3-manylinux_2_28_x86_64.whl"

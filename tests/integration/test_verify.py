@@ -6,8 +6,8 @@ import zipfile
 from pathlib import Path
 
 
-from oeq_wheels import gate, verify
-from oeq_wheels.ext.verify import verify_wheel
+from oeq_wheels import gate, gate_common, tags
+from oeq_wheels.ext.gate import verify_wheel
 
 
 def _rewrite(src, dst, change):
@@ -55,14 +55,14 @@ def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):
 
 
 def test_tag_choice():
-    assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_27_x86_64") == "manylinux_2_28_x86_64"
-    assert verify.choose_tag("manylinux_2_28_x86_64", "manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"
+    assert tags.choose_tag("manylinux_2_28_x86_64", "manylinux_2_27_x86_64") == "manylinux_2_28_x86_64"
+    assert tags.choose_tag("manylinux_2_28_x86_64", "manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"
 
 
 def test_the_common_part_imports_no_product_and_the_gate_picks_by_name(cp311_wheel, cp311_oeq_wheel):
-    """verify.py is what both products' gates build on, so it imports neither (no circle); gate.verify_any sends
+    """gate_common.py is what both products' gates build on, so it imports neither (no circle); gate.verify_any sends
     each wheel to its own product's gate (the other one refuses it: no manifest, or no OEq tree)."""
-    source = Path(verify.__file__).read_text()
+    source = Path(gate_common.__file__).read_text()
     imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not [m for m in imported if m.split(".")[0] in ("ext", "oeq")], imported
     assert gate.verify_any(cp311_wheel).ok and gate.verify_any(cp311_oeq_wheel).ok

@@ -76,22 +76,22 @@ def test_sweep_removes_only_dead_runs_leftovers(tmp_path):
 
 
 def test_tool_verdicts_are_remembered_by_wheel_hash_only_when_asked(tmp_path):
-    from oeq_wheels import verify
+    from oeq_wheels import files
     wheel = tmp_path / "a.whl"
     wheel.write_bytes(b"one wheel")
     calls = []
     ask = lambda: calls.append(1) or {"problem": None}
     memo = tmp_path / "verdicts"
-    assert verify.remembered("twine", wheel, ask, memo) == {"problem": None}
-    assert verify.remembered("twine", wheel, ask, memo) == {"problem": None}
+    assert files.remembered("twine", wheel, ask, memo) == {"problem": None}
+    assert files.remembered("twine", wheel, ask, memo) == {"problem": None}
     assert len(calls) == 1  # the same bytes: the tool is not started again
     wheel.write_bytes(b"another wheel")
-    verify.remembered("twine", wheel, ask, memo)
+    files.remembered("twine", wheel, ask, memo)
     assert len(calls) == 2  # other bytes, another verdict
     for f in memo.iterdir():
         f.write_text("{damaged")
-    verify.remembered("twine", wheel, ask, memo)
+    files.remembered("twine", wheel, ask, memo)
     assert len(calls) == 3  # an unreadable memo is asked again
-    verify.remembered("twine", wheel, ask, None)
-    verify.remembered("twine", wheel, ask, None)
+    files.remembered("twine", wheel, ask, None)
+    files.remembered("twine", wheel, ask, None)
     assert len(calls) == 5  # without a memo directory (verify, publish) always afresh

@@ -1,5 +1,5 @@
 """The product folders hold only what is theirs: oeq_wheels/ext (fastmace-oeq-ext) and oeq_wheels/oeq (the binary
-OpenEquivariance) never import each other; what both use lives beside them (toolchain.py, wheelfile.py, verify.py)."""
+OpenEquivariance) never import each other; what both use lives beside them (toolchain.py, wheelfile.py, gate_common.py)."""
 import ast
 
 from conftest import REPO

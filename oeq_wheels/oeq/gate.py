@@ -1,4 +1,4 @@
-"""The binary openequivariance gate: the common checks (oeq_wheels.verify) plus the pinned sdist's tree, the build
+"""The binary openequivariance gate: the common checks (oeq_wheels.gate_common) plus the pinned sdist's tree, the build
 record against the pins of the wheel's CUDA line, torch reached only through its stable C ABI, and every versioned
 CUDA symbol present in the oldest NVIDIA wheels that line allows."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from fastmace_oeq_ext import cudaflags
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
 
 from .. import pins as pins_mod
-from ..verify import (python_of, TORCH_CXX, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file,
-                      default_forbidden_paths, dynamic_symbols, field_differences, file_entry, open_wheel, remembered,
-                      tag_arch)
+from ..elf import dynamic_symbols, TORCH_CXX
+from ..files import remembered
+from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, Verdict
+from ..tags import tag_arch
 
 
 def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:

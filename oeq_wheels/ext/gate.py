@@ -1,4 +1,4 @@
-"""The fastmace-oeq-ext gate: the common checks (oeq_wheels.verify), every manifest field against the pins,
+"""The fastmace-oeq-ext gate: the common checks (oeq_wheels.gate_common), every manifest field against the pins,
 and the consumer's own verdict (FastMACE's prebuilt_extension(), ext.consumer)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from packaging.utils import canonicalize_name
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest, ManifestError
 
 from .. import pins as pins_mod
-from ..verify import (python_of, Verdict, accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths,
-                      field_differences, file_entry, glibc_max_symbol, open_wheel)
+from ..elf import glibc_max_symbol
+from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, Verdict
 from . import consumer
 
 

@@ -1,0 +1,173 @@
+"""The gate's common part: what every wheel of ours is checked for, whichever the product.
+
+RECORD, exactly the expected files (nothing else: no .pth, no path outside the package),
+the WHEEL file, ELF facts (oeq_wheels.elf: NEEDED, RUNPATH, stripped, no build-host paths), the platform tag
+auditwheel proves (oeq_wheels.tags), `twine check --strict`. The products add their own checks:
+oeq_wheels.ext.gate (fastmace-oeq-ext: every manifest field against the pins) and
+oeq_wheels.oeq.gate (binary openequivariance: the sdist's tree, the build record, the
+stable C ABI, every versioned CUDA symbol in its line's oldest wheels); oeq_wheels.gate picks one
+by the wheel's name. This module imports neither: the products build on it, never the reverse.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from wheel.wheelfile import WheelFile
+
+from . import pins as pins_mod, proc
+from .elf import elf_facts
+from .errors import OeqWheelsError
+from .files import remembered
+from .tags import audit, external_ok, manylinux_version, proven_tag, tag_arch
+
+
+# Libraries every manylinux system has (auditwheel's policies whitelist them); the architecture's dynamic loader
+# joins these (pins: [arch.NAME] loader).
+SYSTEM_NEEDED = {"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"}
+
+
+@dataclass
+class Verdict:
+    """The outcome of a check: ok when no problem was found; facts say what was seen."""
+
+    subject: Path
+    problems: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def twine_check(wheel: Path, memo_dir: Path | None = None) -> str | None:
+    """Why `twine check --strict` refuses the wheel, or None."""
+    def ask() -> dict:
+        res = proc.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+                       capture_output=True, text=True)
+        return {"problem": None if res.returncode == 0 else (res.stdout + res.stderr).strip()[-1500:]}
+    return remembered("twine", wheel, ask, memo_dir)["problem"]
+
+
+def check_elf(data: bytes, *, required: set[str], allowed: set[str], runpath: str,
+              forbidden_paths: list[str], arch: pins_mod.Arch) -> tuple[dict, list[str]]:
+    facts, problems = elf_facts(data), []
+    if facts["machine"] != arch.elf_machine:
+        problems.append(f"is an {facts['machine']} binary, the wheel's tag says {arch.name} ({arch.elf_machine})")
+    needed = set(facts["needed"])
+    if any(n.startswith("libpython") for n in needed):
+        problems.append(f"links libpython: {sorted(needed)}")
+    missing = required - needed
+    if missing:
+        problems.append(f"NEEDED lacks {sorted(missing)}")
+    unexpected = needed - allowed - SYSTEM_NEEDED - {arch.loader}
+    if unexpected:
+        problems.append(f"unexpected NEEDED {sorted(unexpected)}")
+    if facts["runpath"] != runpath:
+        problems.append(f"RUNPATH is {facts['runpath']!r}, expected {runpath!r}")
+    if facts["rpath"]:
+        problems.append(f"has an RPATH {facts['rpath']!r} (RUNPATH only)")
+    if not facts["stripped"]:
+        problems.append("not stripped (.symtab or debug sections present)")
+    for p in forbidden_paths:
+        if p and p.encode() in data:
+            problems.append(f"contains the build-host path {p!r}")
+    return facts, problems
+
+
+def default_forbidden_paths() -> list[str]:
+    return sorted({str(Path.home()), tempfile.gettempdir() + "/", "/root/", "/home/"}, key=len)
+
+
+def open_wheel(wheel: Path, v: Verdict):
+    """(name, version, tag, files) of a wheel, or None with the problem recorded."""
+    try:
+        name, version, _, tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        v.problems.append(f"bad wheel file name: {exc}")
+        return None
+    if len(tags) != 1:
+        v.problems.append(f"{wheel.name} carries {len(tags)} tags; exactly one (cpXY-cpXY-<platform>) is expected")
+        return None
+    try:
+        with WheelFile(wheel) as wf:  # reading checks every file against RECORD
+            files = {n: wf.read(n) for n in wf.namelist() if not n.endswith("/RECORD")}
+            names = set(wf.namelist())
+    except Exception as exc:  # a damaged zip or RECORD: any error here is the wheel's
+        v.problems.append(f"RECORD check failed: {exc}")
+        return None
+    links = [i.filename for i in zip_infos(wheel) if (i.external_attr >> 16) & 0o170000 == 0o120000]
+    if links:
+        v.problems.append(f"symbolic links in the archive: {links}")
+    v.facts["names"] = names
+    return canonicalize_name(name), str(version), next(iter(tags)), files
+
+
+def python_of(tag) -> str | None:
+    """'3.11' for a cp311-cp311 wheel tag, '3.12' for cp312-abi3 (the oldest CPython it serves); None for any other
+    interpreter or ABI."""
+    cp = tag.interpreter
+    return f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) and tag.abi in (cp, "abi3") else None
+
+
+def zip_infos(wheel: Path):
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.infolist()
+
+
+def accounted(v: Verdict, names: set[str], expected: set[str]) -> None:
+    """Every file in the archive is one we expect, and every expected one is there."""
+    extra, missing = sorted(names - expected), sorted(expected - names)
+    if extra:
+        v.problems.append(f"files that do not belong in the wheel: {extra[:10]}")
+    if missing:
+        v.problems.append(f"files missing from the wheel: {missing[:10]}")
+
+
+def check_wheel_file(v: Verdict, files: dict, info: str, tag, purelib: bool) -> None:
+    want = "Wheel-Version: 1.0\nGenerator: "
+    text = files.get(f"{info}/WHEEL", b"").decode(errors="replace")
+    if not text.startswith(want) or f"Root-Is-Purelib: {'true' if purelib else 'false'}" not in text \
+            or f"Tag: {tag}" not in text:
+        v.problems.append(f"{info}/WHEEL does not describe this wheel (tag {tag})")
+
+
+def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool, memo_dir: Path | None) -> None:
+    try:
+        proven, problems = proven_tag(audit(wheel, memo_dir), external_ok(p))
+        v.problems += problems
+        v.facts["auditwheel_sym_tag"] = proven
+        if proven and manylinux_version(tag.platform) is None:
+            v.problems.append(f"platform tag {tag.platform} is not a manylinux tag")
+        elif proven and tag_arch(proven) != tag_arch(tag.platform):
+            v.problems.append(f"tagged {tag.platform} but auditwheel sees {tag_arch(proven)} binaries ({proven})")
+        elif proven and manylinux_version(proven) > manylinux_version(tag.platform):
+            v.problems.append(f"tagged {tag.platform} but auditwheel proves only {proven}")
+    except (OeqWheelsError, ValueError) as exc:
+        v.problems.append(str(exc))
+    if twine:
+        problem = twine_check(wheel, memo_dir)
+        if problem:
+            v.problems.append(f"twine check failed: {problem}")
+    v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+
+
+def file_entry(x) -> tuple[str, str, str, str]:
+    """A pinned file (pins.Pinned) or a recorded one (manifest.Input), comparable with each other."""
+    return (x.name, x.version, x.file, x.sha256)
+
+
+def field_differences(what: str, record, want: dict, files: tuple[str, ...] = (),
+                      file_lists: tuple[str, ...] = ()) -> list[str]:
+    """One line for each field of a record (a manifest, a build record) that is not what the pins say. The fields
+    in `files` are one recorded file each, those in `file_lists` a tuple of them: both compared as file_entry."""
+    got = {k: getattr(record, k) for k in want}
+    got.update({k: file_entry(got[k]) for k in files})
+    got.update({k: tuple(file_entry(i) for i in got[k]) for k in file_lists})
+    return [f"{what} {k} is {got[k]!r}, pins say {want[k]!r}" for k in want if got[k] != want[k]]
