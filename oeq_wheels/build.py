@@ -383,7 +383,7 @@ def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpr
     return out
 
 
-def select_pythons(pins: pins_mod.Pins, versions: list[str] | None) -> tuple[list[str], list[str]]:
+def pythons_per_package(pins: pins_mod.Pins, versions: list[str] | None) -> tuple[list[str], list[str]]:
     """(every CPython to build, those of fastmace-oeq-ext). Each package has its own: a release torch without a
     cp310 wheel narrows fastmace-oeq-ext, never the OEq lines, which build against their own (floor) torch."""
     wanted = pins_mod.select_pythons(pins.pythons, versions, f"matrix {pins.matrix.name!r} or the OEq lines")
@@ -396,7 +396,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     """Build both packages' wheels for the requested Pythons and architectures; return (built rows, failures by wheel)."""
     t0 = time.monotonic()
     pins = pins_mod.load(matrix)
-    wanted, ext_wanted = select_pythons(pins, versions)
+    wanted, ext_wanted = pythons_per_package(pins, versions)
     check_arch_names(pins, arches)
     cache = cache or default_cache()
     # Before the toolchain, whose root may download: an OUTDIR that cannot be written is one line, nothing fetched.

@@ -20,7 +20,8 @@ from .errors import OeqWheelsError, UsageError
 from .files import sweep_stale, temp_prefix
 
 
-def _pythons_arg(text: str) -> list[str]:
+def _comma_list(text: str) -> list[str]:
+    """A comma-separated option's values (--python 3.11,3.12, --arch, --torch, --installer)."""
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
@@ -46,9 +47,9 @@ def parser() -> argparse.ArgumentParser:
                        description="Build and verify the fastmace-oeq-ext wheels into OUTDIR and the binary "
                                    "openequivariance wheels (plus REPORT.md/.json) into OUTDIR-extra.")
     b.add_argument("outdir", type=Path, metavar="OUTDIR")
-    b.add_argument("--python", type=_pythons_arg, help="comma-separated X.Y versions (default: all pinned)")
+    b.add_argument("--python", type=_comma_list, help="comma-separated X.Y versions (default: all pinned)")
     b.add_argument("--matrix", help="a [matrix.NAME] of pins.toml (default: the release matrix)")
-    b.add_argument("--arch", type=_pythons_arg, help="comma-separated architectures, e.g. x86_64,aarch64 (default: "
+    b.add_argument("--arch", type=_comma_list, help="comma-separated architectures, e.g. x86_64,aarch64 (default: "
                                                    "every one pins.toml builds; another host's with a cross compiler)")
     b.add_argument("--force", action="store_true", help="overwrite a different wheel of the same name")
     b.add_argument("--jobs", type=int, help="parallel compiler processes (default: CPU count)")
@@ -84,14 +85,14 @@ def parser() -> argparse.ArgumentParser:
                        description="For each torch and installer: a fresh venv, compilers replaced by sentinels "
                                    "before installing, then OEq must import with its ops and build nothing.")
     m.add_argument("outdir", type=Path, metavar="OUTDIR", help="a build's OUTDIR (its -extra holds the OEq wheels)")
-    m.add_argument("--torch", type=_pythons_arg, help="torch releases (default: the pinned tested_torch list)")
-    m.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
+    m.add_argument("--torch", type=_comma_list, help="torch releases (default: the pinned tested_torch list)")
+    m.add_argument("--installer", type=_comma_list, default=["pip", "uv"], help="pip,uv (default both)")
     m.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
-    m.add_argument("--emulated-python", type=_pythons_arg, help="the rows of CPythons in a Debian root: these only "
+    m.add_argument("--emulated-python", type=_comma_list, help="the rows of CPythons in a Debian root: these only "
                    "(default: pins.toml's emulated_pythons, under qemu, and debian_pythons, natively)")
     m.add_argument("--only-debian-pythons", action="store_true", help="no row of this host's own CPython: only "
                    "those in a Debian root (Debian testing's 3.14 and 3.15 natively, another architecture's emulated)")
-    m.add_argument("--arch", type=_pythons_arg, help="architectures of the rows (default: every one the lines are "
+    m.add_argument("--arch", type=_comma_list, help="architectures of the rows (default: every one the lines are "
                                                    "built for; another than this host's runs under emulation)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
     m.add_argument("--from-index", metavar="URL", help="take fastmace-oeq-ext from this simple index (e.g. "
@@ -103,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
                                     "auditwheel's tag, torch-abi-audit's verdict (e.g. cross-built against native aarch64).")
     cb.add_argument("first", type=Path, metavar="FIRST", help="a directory of wheels (e.g. dist-extra)")
     cb.add_argument("second", type=Path, metavar="SECOND")
-    cb.add_argument("--arch", type=_pythons_arg, help="only these architectures' wheels (default: all in SECOND)")
+    cb.add_argument("--arch", type=_comma_list, help="only these architectures' wheels (default: all in SECOND)")
 
     pb = sub.add_parser("publish", parents=[common], help="gate both packages, write SHA256SUMS, upload fastmace-oeq-ext with twine",
                         description="Refuse unless OUTDIR holds exactly the pinned fastmace-oeq-ext set and "
@@ -148,9 +149,9 @@ def parser() -> argparse.ArgumentParser:
                                     "then run README's install lines verbatim (the site's address substituted) with "
                                     "pip and uv, compilers replaced by failing sentinels.")
     rh.add_argument("outdir", type=Path, metavar="OUTDIR")
-    rh.add_argument("--installer", type=_pythons_arg, default=["pip", "uv"], help="pip,uv (default both)")
+    rh.add_argument("--installer", type=_comma_list, default=["pip", "uv"], help="pip,uv (default both)")
     rh.add_argument("--python", default="3.11", help="X.Y of the venvs (default 3.11)")
-    rh.add_argument("--command", type=lambda t: [int(x) for x in _pythons_arg(t)], metavar="N[,N]",
+    rh.add_argument("--command", type=lambda t: [int(x) for x in _comma_list(t)], metavar="N[,N]",
                     help="only these of README's install lines (0-based; default all)")
     rh.add_argument("--keep", action="store_true", help="keep each venv and its logs")
 
@@ -166,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
                                     "written unless the whole result loads.")
     rp.add_argument("--torch", metavar="X.Y.Z", help="re-pin a matrix (the release matrix unless --matrix) to this torch")
     rp.add_argument("--matrix", help="the [matrix.NAME] --torch re-pins")
-    rp.add_argument("--python", type=_pythons_arg, help="with --torch: the CPythons the matrix builds (X.Y,...)")
+    rp.add_argument("--python", type=_comma_list, help="with --torch: the CPythons the matrix builds (X.Y,...)")
     rp.add_argument("--oeq", metavar="X.Y.Z", help="re-pin OpenEquivariance's sdist")
     g = rp.add_mutually_exclusive_group()
     g.add_argument("--post", type=int, metavar="N", help="fastmace-oeq-ext's rebuild number (X.Y.Z.postN)")
@@ -186,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("release-plan", parents=[common], help="what release.yml takes from the pins, as NAME=VALUE lines "
                                                           "for $GITHUB_OUTPUT")
     f = sub.add_parser("fetch", parents=[common], help="download the pinned inputs whole into the cache (e.g. to build offline later)")
-    f.add_argument("--python", type=_pythons_arg)
+    f.add_argument("--python", type=_comma_list)
     f.add_argument("--matrix")
     f.add_argument("--only", metavar="PROJECT[,PROJECT...]",
                    help="only these projects' pinned files (e.g. torch,pybind11)")
@@ -276,7 +277,7 @@ def _container_handoff(args) -> None:
         from .build import check_arch_names
         pins = load(args.matrix)
         if args.python is not None:
-            from .build import select_pythons as build_pythons
+            from .build import pythons_per_package as build_pythons
             build_pythons(pins, args.python)
         check_arch_names(pins, args.arch)
     name = runner.choose(args.runner)

@@ -24,8 +24,8 @@ def test_a_release_torch_without_a_cpython_narrows_fastmace_oeq_ext_only():
     pins = P.load()
     narrowed = dataclasses.replace(pins, matrix=dataclasses.replace(pins.matrix, pythons=pins.matrix.pythons[1:]))
     lines = sorted({v for l in pins.oeq_lines for v in l.pythons})
-    wanted, ext = build.select_pythons(narrowed, None)
+    wanted, ext = build.pythons_per_package(narrowed, None)
     assert sorted(wanted) == sorted(set(lines) | set(ext)) and ext == list(pins.matrix.pythons[1:])
-    assert build.select_pythons(narrowed, [pins.matrix.pythons[0]]) == ([pins.matrix.pythons[0]], [])
+    assert build.pythons_per_package(narrowed, [pins.matrix.pythons[0]]) == ([pins.matrix.pythons[0]], [])
     with pytest.raises(P.PinsError, match=r"Python 3.99 is not in matrix .* or the OEq lines"):
-        build.select_pythons(narrowed, ["3.99"])
+        build.pythons_per_package(narrowed, ["3.99"])
