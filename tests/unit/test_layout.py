@@ -36,3 +36,44 @@ def test_an_import_across_products_is_seen():
                  "import oeq_wheels.ext.link\n", "from .. import ext\n", "from oeq_wheels.ext import verify\n"):
         assert imported_products(text, oeq) == {"ext"}, text
     assert imported_products("from ..toolchain import Toolchain\nfrom . import wheel\nimport os\n", oeq) == {"oeq"}
+
+
+def own_imports(path, package: tuple[str, ...]):
+    """(line, module, name or None) of each import of oeq_wheels or fastmace_oeq_ext in a file, nested ones too."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = list(package[:len(package) - node.level + 1]) if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            yield from ((node.lineno, module, a.name) for a in node.names)
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name, None) for a in node.names)
+
+
+def missing_imports(files) -> list[str]:
+    import importlib
+    import importlib.util
+    out = []
+    for f in files:
+        rel = f.relative_to(REPO)
+        package = rel.parent.parts if rel.parts[0] == "oeq_wheels" else ("fastmace_oeq_ext",) \
+            if rel.parts[:2] == ("runtime", "fastmace_oeq_ext") else ()
+        for line, module, name in own_imports(f, package):
+            if module.split(".")[0] not in ("oeq_wheels", "fastmace_oeq_ext"):
+                continue
+            try:
+                found = importlib.import_module(module)
+            except ImportError:
+                out.append(f"{rel}:{line}: no module {module}")
+                continue
+            if name and name != "*" and not hasattr(found, name) and not (
+                    hasattr(found, "__path__") and importlib.util.find_spec(f"{module}.{name}")):
+                out.append(f"{rel}:{line}: {module} has no {name}")
+    return out
+
+
+def test_every_import_of_our_modules_names_what_exists():
+    """Nested imports too (a verb's lazy import), which only the run that reaches them would find: a renamed
+    module or function fails here, not in a user's command."""
+    files = [p for d in ("oeq_wheels", "runtime", "tests", "bench", "tools", "contrib") for p in (REPO / d).rglob("*.py")
+             if "__pycache__" not in p.parts]
+    assert not missing_imports(files), missing_imports(files)
