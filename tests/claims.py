@@ -19,7 +19,7 @@ WORDS = re.compile(r"\b(tested|proven|proves)\b|\(`?make test`?\)", re.I)
 NEGATED = re.compile(r"(?:\bnot|\*\*not\*\*)\s+(?:tested|proven)\b", re.I)
 MENTIONED = re.compile(r'"(?:tested|proven|proves)"', re.I)  # the word quoted is a mention, not a claim
 PROVEN_BY_HEADER = "| | supported | proven by |"
-TESTS_LIST_HEADER = "## Tests"  # README's list of what `make test` tests: each item is a claim
+TESTS_LIST_HEADER = "## What make test tests"  # docs/testing.md: each item of its list is a claim
 
 
 @dataclass
