@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -265,8 +266,12 @@ def upload_server(tmp_path):
 # compiler-bound files overlap. A test file is one unit of work, so that its module fixtures are made once; files
 # sharing a session fixture too costly to make twice are one unit, and so are the files that make multi-GB
 # trees for a while (a fresh torch stack: pip's install, a transient uv cache, the emulated aarch64 stacks), so
-# that two of those never coincide and the suite's peak disk stays what one of them adds.
-BIG_DISK = ("test_aarch64", "test_clean_install", "test_fastmace_rules", "test_index_server", "test_rehearse")
+# that two of those never coincide and the suite's peak disk stays what one of them adds. Such a file says so itself,
+# `pytestmark = pytest.mark.big_disk`; tests/unit/test_test_command.py fails for a file that calls what makes such a
+# tree (HEAVY there) without it.
+BIG_DISK_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.big_disk\b", re.M)
+BIG_DISK = tuple(sorted(p.stem for p in (REPO / "tests" / "integration").glob("test_*.py")
+                        if BIG_DISK_MARK.search(p.read_text())))
 SHARED_UNIT = {"test_interrupts": "test_build",  # resumed_build, the suite's one independent second build
                **{stem: "big-disk" for stem in BIG_DISK}}
 # Units are handed out in this order, then the rest as collected: the longest (seconds, fresh clone, 2 cores:

@@ -28,6 +28,8 @@ from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
 from oeq_wheels.release import emulated, installmatrix
 
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+
 EXTLIB = "openequivariance/_torch/extlib/"
 MODULE = EXTLIB + "oeq_stable_cuda.cpython-311-aarch64-linux-gnu.so"
 AOTI = EXTLIB + "liboeq_stable_cuda_aoti.so"

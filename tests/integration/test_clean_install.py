@@ -5,9 +5,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from conftest import REPO
 from oeq_wheels import pins as P
+
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
 
 
 def test_clean_install_passes_with_compilers_removed(cp311_wheel):

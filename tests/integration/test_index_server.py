@@ -15,6 +15,8 @@ from oeq_wheels.output import extra_dir
 
 from conftest import UPLOAD_PASSWORD as PASSWORD
 
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def release_set(tmp_path_factory, cache):

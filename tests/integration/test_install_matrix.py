@@ -11,6 +11,8 @@ from oeq_wheels.release import installmatrix
 
 from oeq_wheels import pins as P
 
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+
 OEQ = P.load().oeq.version
 CU12 = P.load().oeq_line("cu128").version(OEQ)
 

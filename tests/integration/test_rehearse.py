@@ -15,6 +15,8 @@ from oeq_wheels import pins as P
 from oeq_wheels.output import extra_dir
 from oeq_wheels.venvs import pip_env
 
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+
 
 def test_release_host_renames_on_upload_and_redirects_downloads(cp311_oeq_wheel, tmp_path):
     host = hosts.ReleaseHost(tmp_path / "storage", "owner/repo")

@@ -144,3 +144,37 @@ def test_make_test_passes_pytest_arguments_through():
     assert r.returncode == 0 and r.stdout.strip() == "tools/ci/test.sh -k verify tests/integration/test_verify.py", r.stdout
     r = subprocess.run(make, cwd=REPO, capture_output=True, text=True, env=env)
     assert r.stdout.strip() == "tools/ci/test.sh"  # README's command, unchanged
+
+
+# What makes a multi-GB tree outside the shared caches for a while, as a test calls it: a test file calling one of
+# these carries `pytestmark = pytest.mark.big_disk` (tests/conftest.py), so that it never runs beside another.
+HEAVY = {
+    "installmatrix.run(": "installs each torch with pip or uv into temporary venvs (pip without a cache)",
+    "emulated_pypi_torch_venv(": "the emulated aarch64 torch stack",
+    "transient=": "a torch venv and its own uv cache in the test's folder",
+    'run_cli("rehearse"': "README's install line with pip: torch and its NVIDIA wheels from the registry",
+    "clean_install.sh": "FastMACE's install steps in a fresh venv",
+    'run_cli("install-matrix"': "the install matrix",
+}
+
+
+def heavy_unmarked(files) -> list[str]:
+    import conftest
+    return [f"{f.name} calls {call} ({why}) without pytestmark = pytest.mark.big_disk" for f in files
+            for call, why in HEAVY.items() if call in f.read_text() and not conftest.BIG_DISK_MARK.search(f.read_text())]
+
+
+def test_a_test_file_that_makes_multi_gb_trees_says_so():
+    import conftest
+    assert not heavy_unmarked(sorted((REPO / "tests" / "integration").glob("test_*.py")))
+    assert {"test_aarch64", "test_fastmace_rules", "test_install_matrix"} <= set(conftest.BIG_DISK)
+
+
+def test_an_unmarked_heavy_test_file_is_named(tmp_path):
+    plain = tmp_path / "test_new.py"
+    plain.write_text("from oeq_wheels.release import installmatrix\n\ndef test_x():\n    installmatrix.run([])\n")
+    marked = tmp_path / "test_marked.py"
+    marked.write_text("import pytest\n\npytestmark = pytest.mark.big_disk\n" + plain.read_text())
+    assert heavy_unmarked([plain, marked]) == [
+        "test_new.py calls installmatrix.run( (installs each torch with pip or uv into temporary venvs (pip without a "
+        "cache)) without pytestmark = pytest.mark.big_disk"]
