@@ -122,7 +122,9 @@ def test_the_gh_stand_in_runs_with_the_stand_ins_python_not_the_runners(tmp_path
     wheel = tmp_path / "openequivariance-1.0+local.x-py3-none-any.whl"
     wheel.write_bytes(b"w")
     env = {"PATH": f"{fake}:/usr/bin:/bin", "OEQ_REHEARSAL_PYTHON": sys.executable, "OEQ_REHEARSAL_REPO": str(REPO),
-           "OEQ_REHEARSAL_GITHUB": str(tmp_path / "github"), "GITHUB_REPOSITORY": "o/r"}
+           "OEQ_REHEARSAL_GITHUB": str(tmp_path / "github"), "GITHUB_REPOSITORY": "o/r",
+           # the runner's setup-python leaves a shared-library CPython that needs it (make rehearse-ci found this)
+           **{k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}}
     gh = str(REPO / "tools/ci/act/bin/gh")
     r = subprocess.run([gh, "release", "create", "v1", str(wheel), "--repo", "o/r", "--title", "v1"], env=env,
                        capture_output=True, text=True)
