@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import shutil
 import signal
 import socket
@@ -269,9 +268,18 @@ def upload_server(tmp_path):
 # that two of those never coincide and the suite's peak disk stays what one of them adds. Such a file says so itself,
 # `pytestmark = pytest.mark.big_disk`; tests/unit/test_test_command.py fails for a file that calls what makes such a
 # tree (HEAVY there) without it.
-BIG_DISK_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.big_disk\b", re.M)
+def marks_big_disk(source: str) -> bool:
+    """Whether a test file's module-level pytestmark names pytest.mark.big_disk (read as Python: a string of the
+    file that holds such a line is not a mark)."""
+    import ast
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return any(isinstance(n, ast.Attribute) and n.attr == "big_disk" for n in ast.walk(node.value))
+    return False
+
+
 BIG_DISK = tuple(sorted(p.stem for p in (REPO / "tests" / "integration").glob("test_*.py")
-                        if BIG_DISK_MARK.search(p.read_text())))
+                        if marks_big_disk(p.read_text())))
 SHARED_UNIT = {"test_interrupts": "test_build",  # resumed_build, the suite's one independent second build
                **{stem: "big-disk" for stem in BIG_DISK}}
 # Units are handed out in this order, then the rest as collected: the longest (seconds, fresh clone, 2 cores:

@@ -41,6 +41,8 @@ from oeq_wheels import driver_stub as libcuda, pins as P, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+
 
 RULES_DIR = REPO / "contrib" / "fastmace"
 OPS = ["jit_conv_forward", "jit_tp_backward", "jit_tp_forward"]
@@ -234,8 +236,6 @@ import json, os, sys
 sys.path.insert(0, os.environ["OEQ_RULES_DIR"])
 from fastmace.kernels import _oeq_runtime as rt
 import oeq_rules
-
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
 theirs = rt.prebuilt_extension
 oeq_rules.install()
 rows = []

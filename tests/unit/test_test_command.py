@@ -161,7 +161,7 @@ HEAVY = {
 def heavy_unmarked(files) -> list[str]:
     import conftest
     return [f"{f.name} calls {call} ({why}) without pytestmark = pytest.mark.big_disk" for f in files
-            for call, why in HEAVY.items() if call in f.read_text() and not conftest.BIG_DISK_MARK.search(f.read_text())]
+            for call, why in HEAVY.items() if call in f.read_text() and not conftest.marks_big_disk(f.read_text())]
 
 
 def test_a_test_file_that_makes_multi_gb_trees_says_so():
@@ -175,6 +175,8 @@ def test_an_unmarked_heavy_test_file_is_named(tmp_path):
     plain.write_text("from oeq_wheels.release import installmatrix\n\ndef test_x():\n    installmatrix.run([])\n")
     marked = tmp_path / "test_marked.py"
     marked.write_text("import pytest\n\npytestmark = pytest.mark.big_disk\n" + plain.read_text())
-    assert heavy_unmarked([plain, marked]) == [
-        "test_new.py calls installmatrix.run( (installs each torch with pip or uv into temporary venvs (pip without a "
-        "cache)) without pytestmark = pytest.mark.big_disk"]
+    in_a_string = tmp_path / "test_string.py"  # the mark's line inside a script the test runs is no mark
+    in_a_string.write_text('SCRIPT = """\nimport x\n\npytestmark = pytest.mark.big_disk\n"""\n' + plain.read_text())
+    assert heavy_unmarked([plain, marked, in_a_string]) == [
+        f"{name} calls installmatrix.run( (installs each torch with pip or uv into temporary venvs (pip without a "
+        "cache)) without pytestmark = pytest.mark.big_disk" for name in ("test_new.py", "test_string.py")]
