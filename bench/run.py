@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, sentinels, driver_stub, venvs  # noqa: E402
+from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, driver_stub  # noqa: E402
+from oeq_wheels.checks import sentinels, venvs
 
 from oeq_wheels import toolchain as cc
 

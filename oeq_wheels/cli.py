@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
     rc = sub.add_parser("rehearse-ci", parents=[common], help="run release.yml (and test.yml) here under act, as "
                         "GitHub's runner would, with local stand-ins for GitHub's services",
                         description="A fresh clone tagged v<version>, run by a non-root user with password-free sudo "
-                                    "under act; stand-ins for GitHub's services (oeq_wheels/release/rehearse_ci.py); "
+                                    "under act; stand-ins for GitHub's services (oeq_wheels/checks/rehearse_ci.py); "
                                     "then what was published is held to docs/validation.md's sha256s.")
     rc.add_argument("--job", action="append", help="only this job of release.yml, with the jobs it needs (repeatable)")
     rc.add_argument("--python", help="the suite's slice: the tag job and the build job's steps for this CPython")
@@ -334,7 +334,7 @@ def _libcuda_stub(args) -> int:
 
 def _clean_install(args) -> int:
     from .files import default_cache
-    from .release.cleaninstall import run
+    from .checks.cleaninstall import run
     return run(args.wheel_dir, args.python, default_cache(), args.keep, args.torch_index)
 
 
@@ -344,7 +344,7 @@ def _compare_builds(args) -> int:
 
 
 def _install_matrix(args) -> int:
-    from .release.installmatrix import run
+    from .checks.installmatrix import run
     return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
                args.emulated_python, plain=not args.only_debian_pythons)
 
@@ -357,7 +357,7 @@ def _publish(args) -> int:
 
 
 def _rehearse_ci(args) -> int:
-    from .release.rehearse_ci import run
+    from .checks.rehearse_ci import run
     return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep, tests=not args.without_tests)
 
 
@@ -378,7 +378,7 @@ def _site(args) -> int:
 
 
 def _rehearse(args) -> int:
-    from .release.rehearse import run
+    from .checks.rehearse import run
     return run(args.outdir, args.installer, args.python, args.command, args.keep)
 
 

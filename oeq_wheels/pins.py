@@ -68,7 +68,7 @@ class Arch:
     qemu: str = ""
     # This host's own architecture: Debian's CPythons that no other installer here has (newer than the builds'),
     # X.Y -> {suite: the Debian release that ships it, torch: the torch releases the install matrix tries on it},
-    # run natively in a root file system of that release through bubblewrap (oeq_wheels/release/emulated.py).
+    # run natively in a root file system of that release through bubblewrap (oeq_wheels/checks/emulated.py).
     debian_pythons: dict = dataclasses.field(default_factory=dict)
 
 

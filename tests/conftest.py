@@ -151,14 +151,14 @@ def cp311_oeq_cu12_wheel(cp311_wheel) -> Path:
 @pytest.fixture(scope="session")
 def torch_base(cache) -> Path:
     """The cached venv with the release matrix's torch for CPython 3.11; never installed into (see torch_venv)."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     return venvs.torch_venv(pins_mod.load(), cache)
 
 
 @pytest.fixture
 def torch_venv(torch_base, tmp_path) -> Path:
     """This test's own venv over torch_base: what it installs stays in tmp_path."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     return venvs.overlay(torch_base, tmp_path / "torch-venv")
 
 
@@ -177,7 +177,7 @@ def libcuda_stub(tmp_path_factory, cp311_wheel) -> Path:
 def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
     """A venv over torch_base with OpenEquivariance's Python package, its dependencies and the cp311
     wheel, made once a session; tests use oeq_venv, their own copy of what it adds."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     venv = venvs.overlay(torch_base, tmp_path_factory.mktemp("oeq-stack") / "venv")
     venvs.install_oeq_stack(venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
     return venv
@@ -186,7 +186,7 @@ def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
 @pytest.fixture
 def oeq_venv(oeq_stack, tmp_path) -> Path:
     """oeq_stack as this test's own venv: what the test installs or removes stays in tmp_path."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     return venvs.overlay(oeq_stack, tmp_path / "oeq-venv")
 
 
@@ -194,14 +194,14 @@ def oeq_venv(oeq_stack, tmp_path) -> Path:
 def fastmace_base(cache) -> Path:
     """The cached venv: the matrix's torch as PyTorch's index serves it (consumer_torch) and FastMACE for CPython
     3.11; never installed into (see fastmace_venv)."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     return venvs.consumer_venv(pins_mod.load(), cache)
 
 
 @pytest.fixture
 def fastmace_venv(fastmace_base, tmp_path) -> Path:
     """This test's own venv over fastmace_base."""
-    from oeq_wheels import venvs
+    from oeq_wheels.checks import venvs
     return venvs.overlay(fastmace_base, tmp_path / "fastmace-venv")
 
 
@@ -215,7 +215,7 @@ def cp311_plain_oeq(tmp_path_factory, cache) -> Path:
 @pytest.fixture
 def sentinels(tmp_path) -> tuple[Path, Path]:
     """A bin directory whose g++, c++, ninja and nvcc log their call and fail; and the log."""
-    from oeq_wheels import sentinels as s
+    from oeq_wheels.checks import sentinels as s
     log = tmp_path / "sentinel.log"
     return s.make(tmp_path / "sentinel-bin", log), log
 
@@ -250,7 +250,7 @@ def upload_server(tmp_path):
     """pypiserver on loopback; uploads need user `owner` with UPLOAD_PASSWORD, reading does not; never falls back
     to PyPI. Yields its root URL and its package directory."""
     from passlib.apache import HtpasswdFile
-    from oeq_wheels.release import hosts
+    from oeq_wheels.checks import hosts
     pkgs = tmp_path / "packages"
     pkgs.mkdir()
     ht = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)

@@ -22,11 +22,12 @@ from wheel.wheelfile import WheelFile
 from conftest import run_cli
 from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import build, debian, pins as P, driver_stub, venvs, elf
+from oeq_wheels import build, debian, pins as P, driver_stub, elf
+from oeq_wheels.checks import venvs
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
-from oeq_wheels.release import emulated, installmatrix
+from oeq_wheels.checks import emulated, installmatrix
 
 pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
 

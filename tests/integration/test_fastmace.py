@@ -21,8 +21,9 @@ import zipfile
 from oeq_wheels import fetch, pins as P
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
-from oeq_wheels.release import cleaninstall, hosts, site
-from oeq_wheels.venvs import pip_env
+from oeq_wheels.release import site
+from oeq_wheels.checks import cleaninstall, hosts
+from oeq_wheels.checks.venvs import pip_env
 
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them

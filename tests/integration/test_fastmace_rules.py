@@ -37,7 +37,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, oeq_wheel_of
-from oeq_wheels import driver_stub as libcuda, pins as P, venvs
+from oeq_wheels import driver_stub as libcuda, pins as P
+from oeq_wheels.checks import venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 

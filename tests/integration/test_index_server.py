@@ -10,7 +10,8 @@ import pytest
 
 from conftest import REPO
 from oeq_wheels import build, pins as P
-from oeq_wheels.release import hosts, installmatrix, publish, site
+from oeq_wheels.release import publish, site
+from oeq_wheels.checks import hosts, installmatrix
 from oeq_wheels.output import extra_dir
 
 from conftest import UPLOAD_PASSWORD as PASSWORD

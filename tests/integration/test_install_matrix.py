@@ -7,7 +7,7 @@ with pip and uv.
 """
 import pytest
 
-from oeq_wheels.release import installmatrix
+from oeq_wheels.checks import installmatrix
 
 from oeq_wheels import pins as P
 

@@ -10,10 +10,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from conftest import run_cli
-from oeq_wheels.release import hosts, rehearse, site
+from oeq_wheels.release import site
+from oeq_wheels.checks import hosts, rehearse
 from oeq_wheels import pins as P
 from oeq_wheels.output import extra_dir
-from oeq_wheels.venvs import pip_env
+from oeq_wheels.checks.venvs import pip_env
 
 pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
 

@@ -130,7 +130,7 @@ def test_oeq_own_precompiled_extension_is_left_alone(oeq_venv, tmp_path):
 def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, tmp_path):
     """Stock OEq cannot build here (torch guesses a CUDA_HOME without headers); with the
     NVIDIA-wheel fallback it builds and loads, nvcc hidden behind a failing sentinel."""
-    from oeq_wheels import sentinels
+    from oeq_wheels.checks import sentinels
     log = tmp_path / "nvcc.log"
     sbin = sentinels.make(tmp_path / "nvcc-only", log, tools=("nvcc",))
     base = {"LD_LIBRARY_PATH": str(libcuda_stub), "FASTMACE_OEQ_PREBUILT": "0", "MAX_JOBS": "2"}

@@ -137,7 +137,7 @@ def test_readme_and_the_pypi_description_show_the_derived_install_lines():
     lines = pins.install_lines()
     readme = (REPO / "README.md").read_text()
     assert all(f"\n{line}\n" in readme for line in lines), lines
-    from oeq_wheels.release.rehearse import readme_commands
+    from oeq_wheels.checks.rehearse import readme_commands
     assert readme_commands(pins) == lines  # the rehearsal runs exactly these
     assert all(f"\n{line}\n" in readme for line in pins.fastmace_install_lines())  # FastMACE's steps
     assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)

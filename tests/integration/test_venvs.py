@@ -2,7 +2,8 @@
 import subprocess
 
 
-from oeq_wheels import fetch, pins as P, venvs
+from oeq_wheels import fetch, pins as P
+from oeq_wheels.checks import venvs
 
 
 def test_removing_and_reinstalling_in_an_overlay_leaves_the_cached_venv_as_it_was(fastmace_base, cache, tmp_path):

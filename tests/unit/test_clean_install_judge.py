@@ -4,7 +4,7 @@ import subprocess
 import time
 
 from conftest import REPO
-from oeq_wheels.release.cleaninstall import judge
+from oeq_wheels.checks.cleaninstall import judge
 
 GOOD_PROBE = {"usable": True, "extension": {"source": "prebuilt"}, "ops": ["a", "b", "c"]}
 GOOD_SMOKE = {"ok": True, "backend": "hybrid", "oeq_extension": {"source": "prebuilt"}}
@@ -33,7 +33,7 @@ def test_refuses_a_directory_without_wheels(tmp_path):
 
 
 def test_a_stand_ins_port_depends_on_its_folder_only():
-    from oeq_wheels.release.hosts import stable_port
+    from oeq_wheels.checks.hosts import stable_port
     assert stable_port("/a/standins/pytorch-cu130") == stable_port("/a/standins/pytorch-cu130")
     assert stable_port("/a/standins/pytorch-cu130") != stable_port("/b/standins/pytorch-cu130")
     assert all(20000 <= stable_port(str(i)) < 32000 for i in range(200))  # below the ephemeral range
@@ -44,7 +44,7 @@ def test_two_stand_ins_started_at_once_for_one_port_both_serve(tmp_path, monkeyp
     stable port. Between one's free-port check and its server's bind the other checked too (widened here): both
     must serve, the second on another port, instead of one failing with 'Address already in use'."""
     import threading
-    from oeq_wheels.release import hosts
+    from oeq_wheels.checks import hosts
     real = hosts._free_port
     monkeypatch.setattr(hosts, "_free_port", lambda preferred=0: (real(preferred), time.sleep(1.0))[0])
     # A stable port that is free now (it is below the ephemeral range: no outgoing connection takes it meanwhile).

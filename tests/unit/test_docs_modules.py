@@ -1,6 +1,6 @@
 """The docs name the modules that exist: docs/pipeline.md's module table lists every module of oeq_wheels/ and the
 runtime, and nothing else; every module name in docstrings, comments and docs (oeq_wheels.x, oeq_wheels/x.py,
-release/x.py, fastmace_oeq_ext.x) is a real one, so that a moved module cannot leave its old name behind."""
+release/x.py, checks/x.py, fastmace_oeq_ext.x) is a real one, so that a moved module cannot leave its old name behind."""
 import ast
 import re
 from pathlib import Path
@@ -11,7 +11,7 @@ TABLE_HEADER = "| module | stage |"
 RUNTIME = REPO / "runtime" / "fastmace_oeq_ext"
 # A module as code names it (oeq_wheels.release.site) and as a path (oeq_wheels/ext/compile.py, release/site.py).
 DOTTED = re.compile(r"(?<![\w./-])(oeq_wheels|fastmace_oeq_ext)((?:\.\w+)+)")
-PATH = re.compile(r"(?<![\w./-])((?:oeq_wheels|runtime|ext|oeq|release)/(?:\w+/)*\w+\.py)\b")
+PATH = re.compile(r"(?<![\w./-])((?:oeq_wheels|runtime|ext|oeq|release|checks)/(?:\w+/)*\w+\.py)\b")
 
 
 def modules() -> set[str]:

@@ -3,7 +3,7 @@ way of not getting our binary refused (the installs themselves: tests/integratio
 import pytest
 
 from oeq_wheels import pins as P
-from oeq_wheels.release import installmatrix
+from oeq_wheels.checks import installmatrix
 
 OEQ = P.load().oeq.version
 CU12 = P.load().oeq_line("cu128").version(OEQ)
@@ -85,6 +85,6 @@ def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypat
     assert driver_stub.loader_path(Path("/stub"), {"LD_LIBRARY_PATH": "/py/lib"}) == "/stub:/py/lib"
     assert driver_stub.loader_path(Path("/stub"), {}) == "/stub"
     import inspect
-    from oeq_wheels.release import cleaninstall, installmatrix
+    from oeq_wheels.checks import cleaninstall, installmatrix
     for mod in (installmatrix, cleaninstall):
         assert "driver_stub.loader_path(" in inspect.getsource(mod), mod.__name__

@@ -1,14 +1,18 @@
 """The product folders hold only what is theirs: oeq_wheels/ext (fastmace-oeq-ext) and oeq_wheels/oeq (the binary
-OpenEquivariance) never import each other; what both use lives beside them (toolchain.py, wheelfile.py, gate_common.py)."""
+OpenEquivariance) never import each other; what both use lives beside them (toolchain.py, wheelfile.py, gate_common.py).
+The pipeline never needs its checks: only the verbs (cli.py) import oeq_wheels/checks (stand-ins, test venvs, install
+checks), so that a build or a release step cannot come to depend on a stand-in."""
 import ast
 
 from conftest import REPO
 
 PRODUCTS = ("ext", "oeq")
+FOLDERS = (*PRODUCTS, "checks", "release")
 
 
 def imported_products(source: str, package: tuple[str, ...]) -> set[str]:
-    """The product folders a module of `package` (("oeq_wheels", "oeq")) imports, however it spells the import."""
+    """The folders of oeq_wheels (FOLDERS) a module of `package` (("oeq_wheels", "oeq")) imports, however it spells
+    the import."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
@@ -19,15 +23,23 @@ def imported_products(source: str, package: tuple[str, ...]) -> set[str]:
             names = [a.name.split(".") for a in node.names]
         else:
             continue
-        found |= {n[1] for n in names if len(n) > 1 and n[0] == "oeq_wheels" and n[1] in PRODUCTS}
+        found |= {n[1] for n in names if len(n) > 1 and n[0] == "oeq_wheels" and n[1] in FOLDERS}
     return found
 
 
 def test_no_product_imports_the_others_folder():
     crossing = [f"{m.relative_to(REPO)} imports oeq_wheels/{other}" for product in PRODUCTS
                 for m in (REPO / "oeq_wheels" / product).glob("*.py")
-                for other in imported_products(m.read_text(), ("oeq_wheels", product)) - {product}]
+                for other in imported_products(m.read_text(), ("oeq_wheels", product)) & set(PRODUCTS) - {product}]
     assert not crossing, crossing
+
+
+def test_only_the_verbs_import_the_checks():
+    pipeline = [m for m in (REPO / "oeq_wheels").rglob("*.py")
+                if "checks" not in m.relative_to(REPO).parts and m.name != "cli.py" and "__pycache__" not in m.parts]
+    leaking = [f"{m.relative_to(REPO)} imports oeq_wheels/checks" for m in pipeline
+               if "checks" in imported_products(m.read_text(), m.relative_to(REPO).parent.parts)]
+    assert not leaking, leaking
 
 
 def test_an_import_across_products_is_seen():
@@ -36,6 +48,9 @@ def test_an_import_across_products_is_seen():
                  "import oeq_wheels.ext.link\n", "from .. import ext\n", "from oeq_wheels.ext import verify\n"):
         assert imported_products(text, oeq) == {"ext"}, text
     assert imported_products("from ..toolchain import Toolchain\nfrom . import wheel\nimport os\n", oeq) == {"oeq"}
+    release = ("oeq_wheels", "release")
+    for text in ("from ..checks import hosts\n", "from ..checks.venvs import pip_env\n", "import oeq_wheels.checks\n"):
+        assert imported_products(text, release) == {"checks"}, text
 
 
 def own_imports(path, package: tuple[str, ...]):

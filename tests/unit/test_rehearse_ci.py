@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from oeq_wheels.release import rehearse_ci
+from oeq_wheels.checks import rehearse_ci
 
 
 def test_every_action_the_workflows_use_has_a_stand_in_or_runs_as_it_is():
@@ -87,7 +87,7 @@ def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp
     import sys
     import yaml
     from fake_registry import wheel_bytes
-    from oeq_wheels.release import hosts
+    from oeq_wheels.checks import hosts
     action = yaml.safe_load((REPO / "tools/ci/act/pypi-publish/action.yml").read_text())
     (step,) = action["runs"]["steps"]
     dist = tmp_path / "dist"

@@ -15,8 +15,8 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from oeq_wheels.errors import OeqWheelsError
-from oeq_wheels.release import reversion
-from oeq_wheels.release.reversion import ReversionError, reversioned
+from oeq_wheels.checks import reversion
+from oeq_wheels.checks.reversion import ReversionError, reversioned
 
 WHEEL = "demo_pkg-1.0-py3-none-any.whl"
 INFO, DATA = "demo_pkg-1.0.dist-info", "demo_pkg-1.0.data"

@@ -1,4 +1,4 @@
-"""Rehearsal stand-in for the GitHub CLI's release commands (oeq_wheels/release/rehearse_ci.py; bin/gh runs it with
+"""Rehearsal stand-in for the GitHub CLI's release commands (oeq_wheels/checks/rehearse_ci.py; bin/gh runs it with
 the stand-ins' own Python): releases kept in $OEQ_REHEARSAL_GITHUB/releases/TAG, assets stored under the names
 GitHub gives them (site.release_asset_name)."""
 import argparse

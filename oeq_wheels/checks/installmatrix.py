@@ -15,7 +15,7 @@ On a machine without a GPU a stub libcuda.so.1 stands in for the driver.
 
 A line's build for another architecture than this host's (aarch64 here) gets the same rows, installed for
 that platform into a target directory (pip --platform, uv --python-platform) and checked by that
-architecture's CPython under emulation (oeq_wheels.release.emulated), with a stub libcuda.so.1 of it.
+architecture's CPython under emulation (oeq_wheels.checks.emulated), with a stub libcuda.so.1 of it.
 
 The machine's pip configuration is left out (PIP_CONFIG_FILE=/dev/null): a user's
 machine has none of this one's local wheel directory or constraints, and the check
@@ -33,13 +33,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, driver_stub, venvs
+from .. import pins as pins_mod, proc, pythons, driver_stub
+from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
 from ..files import default_cache
 from ..output import extra_dir
 from ..tags import wheel_arch
-from . import emulated, hosts, site as site_mod
+from ..release import site as site_mod
+from . import emulated, hosts
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")

@@ -3,7 +3,7 @@ to compile with, and FastMACE must use the prebuilt.
 
 As the owner's seed describes it: a new uv virtual environment gets torch 2.14.1+cu130 (from
 PyTorch's cu130 index, as FastMACE's README installs it; where that index cannot be reached, a
-local stand-in serving PyPI's same binary under that version, release.reversion),
+local stand-in serving PyPI's same binary under that version, checks.reversion),
 cuequivariance-ops-torch-cu13 and `fastmace[oeq]` with our wheels (WHEEL_DIR and WHEEL_DIR-extra,
 served as the cu130 index of the site). g++, c++, ninja and nvcc are failing sentinels from before
 the first install (C `gcc` stays: Triton builds its launcher with it), `CXX` is the g++ sentinel,
@@ -28,7 +28,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, sentinels, driver_stub, venvs
+from .. import pins as pins_mod, proc, pythons, driver_stub
+from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from ..gate_common import Verdict
@@ -102,7 +103,8 @@ def _reachable(url: str) -> bool:
 
 
 def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, torch_index: str | None = None) -> int:
-    from . import hosts, site as site_mod
+    from ..release import site as site_mod
+    from . import hosts
     pins = pins_mod.load()
     wheel_dir = wheel_dir.resolve()
     if not any(wheel_dir.glob("fastmace_oeq_ext-*.whl")):

@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import OeqWheelsError
-from .site import release_asset_name
+from ..release.site import release_asset_name
 
 
 class HostError(OeqWheelsError):

@@ -28,7 +28,7 @@ from ..errors import OeqWheelsError
 from ..files import sha256_file
 from ..progress import say
 from . import hosts
-from .publish import recorded_sha256s, unrecorded
+from ..release.publish import recorded_sha256s, unrecorded
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_DIR = REPO / "tools" / "ci" / "act"
@@ -90,7 +90,7 @@ def local_repositories(workflows: list[Path], standins: Path = STANDIN_DIR) -> l
                 out.append(f"{repo}@{sha}={standins / folder}")
     if missing:
         raise RehearsalError(f"no stand-in for {', '.join(sorted(set(missing)))}; add one to STANDINS "
-                             "(oeq_wheels/release/rehearse_ci.py) and tools/ci/act/")
+                             "(oeq_wheels/checks/rehearse_ci.py) and tools/ci/act/")
     return sorted(set(out))
 
 

@@ -25,7 +25,8 @@ from urllib.parse import urljoin
 from .. import fetch, pins as pins_mod, pythons
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
-from . import hosts, installmatrix, publish, site as site_mod
+from ..release import publish, site as site_mod
+from . import hosts, installmatrix
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TAG_PREFIX = "v"

@@ -8,12 +8,12 @@ import re
 import shutil
 from pathlib import Path
 
-from . import fetch, proc, pythons
-from .files import locked, sha256_file
-from .oeq import wheel as oeqpy
-from .pins import Pins
+from .. import fetch, proc, pythons
+from ..files import locked, sha256_file
+from ..oeq import wheel as oeqpy
+from ..pins import Pins
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 # PyPI as uv names its default index. uv keys its cache by the index's URL as written: "https://pypi.org/simple/"
 # (with the slash) is another index to it, and every wheel installed through it would be stored a second time.
@@ -211,11 +211,11 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,
                              dest: Path, uv_cache: Path | None = None) -> tuple[list[str], Path]:
     """pypi_torch_venv's contents for another architecture: a venv of the emulated CPython X.Y of `arch` at dest
-    (oeq_wheels.release.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
+    (oeq_wheels.checks.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
     Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). Returns (the command that
     runs its interpreter under qemu, its site-packages)."""
     import sys
-    from .release import emulated
+    from . import emulated
     runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
     env = _uv_env(uv_cache)
