@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, fetch, inputs, members, pins as P, pythons, driver_stub  # noqa: E402
+from oeq_wheels import build, pins as P, driver_stub
+from oeq_wheels.inputs import fetch, unpack, members, pythons  # noqa: E402
 from oeq_wheels.checks import sentinels, venvs
 
 from oeq_wheels import toolchain as cc
@@ -57,15 +58,15 @@ def du_trees(pins, cache: Path) -> int:
     """Bytes of the unpacked inputs this matrix uses; hard-linked files (members stored once, libtorch blobs) count
     once."""
     files = inputs_of(pins, cache)
-    trees = [inputs.torch_tree(files[pins.matrix.torch_wheel(P.cp_tag(v)).file],
+    trees = [unpack.torch_tree(files[pins.matrix.torch_wheel(P.cp_tag(v)).file],
                                pins.matrix.torch_wheel(P.cp_tag(v)), cache, pins.torch_needed)
              for v in pins.matrix.pythons]
     for line in pins.oeq_lines:
         st = build.stable_trees(pins, line, files, cache)
         trees += [st.torch_root, st.cuda_root, st.nanobind]
-    trees.append(inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache))
-    trees.append(inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache))
-    trees.append(inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache))
+    trees.append(unpack.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache))
+    trees.append(unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache))
+    trees.append(unpack.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache))
     r = subprocess.run(["du", "-scb", *map(str, trees)], capture_output=True, text=True)
     return int(r.stdout.splitlines()[-1].split()[0])
 
@@ -96,14 +97,14 @@ def floor_seconds(pins, cache: Path, tmp: Path) -> float:
     """The bare compiler on the same translation units, with the pipeline's own flags."""
     tool = cc.Toolchain.detect()
     files = inputs_of(pins, cache)
-    oeq = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
-    cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
-    pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
+    oeq = unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
+    cuda_root = unpack.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
+    pyb = unpack.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
     cmds = []
     for v in pins.matrix.pythons:
         interp = pythons.find(v)
         pin = pins.matrix.torch_wheel(interp.cp_tag)
-        troot = inputs.torch_tree(files[pin.file], pin, cache, pins.torch_needed).resolve()
+        troot = unpack.torch_tree(files[pin.file], pin, cache, pins.torch_needed).resolve()
         ctx, shared = build.compile_contexts(pins, interp, troot, oeq, cuda_root, pyb)
         cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"),
                      *ctx.flags()])

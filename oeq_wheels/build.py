@@ -19,7 +19,8 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
 from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
 
-from . import buildroot, fetch, inputs, pins as pins_mod, pythons, driver_stub, elf, gate_common, tags
+from . import buildroot, pins as pins_mod, driver_stub, elf, gate_common, tags
+from .inputs import fetch, unpack, pythons
 from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
 from .ext.gate import verify_wheel
@@ -153,7 +154,7 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         tmp = Path(tmp_s)
         with Stage(tag, "inputs", timings):
             # Resolved paths: the compiler records real paths, which -ffile-prefix-map must match.
-            torch_root = inputs.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache, p.torch_needed).resolve()
+            torch_root = unpack.torch_tree(sh.files[torch_pin.file], torch_pin, sh.cache, p.torch_needed).resolve()
             tv = checked_torch(torch_root, torch_pin, p.matrix.torch_local, p.matrix.cuda)
             ctx, ctx_shared = compile_contexts(p, interp, torch_root, sh.oeq_root, sh.cuda_root, sh.pybind11_include)
         ext = ctx.oeq_ext
@@ -277,11 +278,11 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
 def stable_trees(pins: pins_mod.Pins, line: pins_mod.OeqLine, files: dict[str, Path], cache: Path) -> stable.StableTrees:
     """The unpacked inputs of one line's stable extension (resolved: the compiler records real paths)."""
     trees = stable.StableTrees(
-        inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve(),
-        inputs.torch_tree(files[line.torch.file], line.torch, cache,
+        unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve(),
+        unpack.torch_tree(files[line.torch.file], line.torch, cache,
                           frozenset(f"lib{l}.so" for l in line.torch_libs)).resolve(),
-        inputs.cuda_tree([(n, files[n.file]) for n in line.nvidia], cache).resolve(),
-        inputs.nanobind_tree(files[line.nanobind.file], line.nanobind, cache).resolve())
+        unpack.cuda_tree([(n, files[n.file]) for n in line.nvidia], cache).resolve(),
+        unpack.nanobind_tree(files[line.nanobind.file], line.nanobind, cache).resolve())
     checked_torch(trees.torch_root, line.torch, line.torch_local, line.cuda)
     return trees
 
@@ -424,10 +425,10 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
                              cache, say, stage=st)
     objects = tc.ObjectCache(cache / "objects", toolchain, jobs)
     with Stage("all", "unpack"):
-        oeq_root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
-        cuda_root = inputs.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve() \
+        oeq_root = unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
+        cuda_root = unpack.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve() \
             if ext_wanted else None
-        pyb = inputs.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve() \
+        pyb = unpack.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve() \
             if ext_wanted else None
     # The torch trees (the large fetches: a library's stub needs it whole once) are made one after another in the
     # background, the OEq lines' first and then fastmace-oeq-ext's, so that the compilers start on the first line
@@ -435,7 +436,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     # Each wheel waits for its own trees only; an error is raised where a tree is used.
     downloads = ThreadPoolExecutor(1, thread_name_prefix="trees")
     line_trees = {l.key: downloads.submit(stable_trees, pins, l, files, cache) for l in oeq_lines}
-    ext_trees = {v: downloads.submit(inputs.torch_tree, files[pin.file], pin, cache, pins.torch_needed)
+    ext_trees = {v: downloads.submit(unpack.torch_tree, files[pin.file], pin, cache, pins.torch_needed)
                  for v in ext_wanted for pin in [pins.matrix.torch_wheel(pins_mod.cp_tag(v))]}
     sh = Shared(pins, cache, files, oeq_root, cuda_root, pyb, toolchain, objects, {},
                 forbidden=sorted({str(cache), str(cache.resolve()), str(outdir.resolve()),

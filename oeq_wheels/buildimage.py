@@ -24,7 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import buildroot, debian, fetch, pythons
+from . import buildroot, debian
+from .inputs import fetch, pythons
 from . import pins as pins_mod
 from .errors import OeqWheelsError
 from .progress import say

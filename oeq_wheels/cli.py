@@ -402,7 +402,7 @@ def _release_plan(args) -> int:
 
 def _pythons(args) -> int:
     from .pins import load
-    from .pythons import PythonNotFound, find
+    from .inputs.pythons import PythonNotFound, find
     for v in load().pythons:
         try:
             i = find(v)
@@ -413,7 +413,7 @@ def _pythons(args) -> int:
 
 
 def _fetch(args) -> int:
-    from .fetch import ensure
+    from .inputs.fetch import ensure
     from .files import default_cache
     from .pins import cp_tag, load, select_pythons
     pins = load(args.matrix)

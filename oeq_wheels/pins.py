@@ -23,7 +23,7 @@ class PinsError(UsageError):
 
 @dataclass(frozen=True)
 class StubPin:
-    """A library of a pinned wheel that the build links against a stub of (oeq_wheels/link_stubs.py)."""
+    """A library of a pinned wheel that the build links against a stub of (oeq_wheels/inputs/link_stubs.py)."""
     lib: str                       # its file name in the wheel (the soname, for NVIDIA's)
     digest: str                    # the digest of its dynamic-symbol view, from one full download
     tables: tuple[int, ...] = ()   # where its tables lie (link_stubs.Tables): only the member's first bytes are fetched
@@ -39,9 +39,9 @@ class Pinned:
     sha256: str
     libs: tuple[str, ...] = ()
     # sha256 of the wheel's RECORD, taken from one full download when the pin was made (`oeq-wheels pins --records`):
-    # with it the build fetches only the members it reads (oeq_wheels.members); without it, the whole wheel.
+    # with it the build fetches only the members it reads (oeq_wheels.inputs.members); without it, the whole wheel.
     record: str = ""
-    # The libraries of this wheel the build links against a stub of (oeq_wheels/link_stub_store.py), from [stubs."FILE"].
+    # The libraries of this wheel the build links against a stub of (oeq_wheels/inputs/link_stub_store.py), from [stubs."FILE"].
     stubs: tuple["StubPin", ...] = ()
     url: str = ""      # where it is fetched from, when not from the Python index (a Debian package of the toolchain)
 

@@ -23,7 +23,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import link_stubs, fetch, members, pins as pins_mod, registry
+from . import pins as pins_mod, registry
+from .inputs import link_stubs, fetch, members
 from .errors import UsageError
 from .files import write_atomic
 
@@ -248,9 +249,9 @@ class Repinner:
     # ------------------------------------------------------------------ RECORD pins
     def records(self, cache: Path, log=lambda s: None) -> int:
         """The sha256 of RECORD for every pinned torch and NVIDIA wheel that has none (new pins), and the view digest
-        of each library the build links ([stubs."FILE"], oeq_wheels/link_stubs.py), each from one full download checked
+        of each library the build links ([stubs."FILE"], oeq_wheels/inputs/link_stubs.py), each from one full download checked
         against its pinned sha256 (kept in the cache: the next build reads it). With them, builds fetch only the
-        members they read and link against stubs (oeq_wheels.members, oeq_wheels.link_stub_store). Returns how many
+        members they read and link against stubs (oeq_wheels.inputs.members, oeq_wheels.inputs.link_stub_store). Returns how many
         wheels gained a pin."""
         torch_libs = [f"lib{l}.so" for l in self.doc["openequivariance"]["torch_libs"]]
         wanted = []  # (the tomlkit entry to write, what to download, the libraries it is linked by)

@@ -224,7 +224,7 @@ def sentinels(tmp_path) -> tuple[Path, Path]:
 def post1_wheel(cache, tmp_path_factory):
     """The owner's published fastmace-oeq-ext (post1) for cp311: the real one, by pins.toml's sha256."""
     pin = pins_mod.load().consumer.published
-    from oeq_wheels import fetch
+    from oeq_wheels.inputs import fetch
     return fetch.ensure([pin], cache)[pin.file]
 
 

@@ -28,7 +28,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, driver_stub
+from .. import pins as pins_mod, proc, driver_stub
+from ..inputs import pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir

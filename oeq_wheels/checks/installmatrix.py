@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, pythons, driver_stub
+from .. import pins as pins_mod, proc, driver_stub
+from ..inputs import pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch

@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urljoin
 
-from .. import fetch, pins as pins_mod, pythons
+from .. import pins as pins_mod
+from ..inputs import fetch, pythons
 from ..errors import OeqWheelsError, UsageError
 from ..output import extra_dir
 from ..release import publish, site as site_mod

@@ -23,7 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import pins as pins_mod, pythons
+from .. import pins as pins_mod
+from ..inputs import pythons
 from ..errors import OeqWheelsError
 from ..files import sha256_file
 from ..progress import say

@@ -55,7 +55,7 @@ class ReversionError(OeqWheelsError):
 def pytorch_standin(pins, cache: Path, cp: str) -> Path:
     """The folder of a local stand-in for PyTorch's index: PyPI's torch wheel for `cp` under the version PyTorch's
     index gives the same binary (the matrix's consumer_torch, e.g. 2.14.1+cu130). Serve it with hosts.pypiserver."""
-    from .. import fetch
+    from ..inputs import fetch
     pin = pins.matrix.torch_wheel(cp)
     files = fetch.ensure([pin], cache, whole=True)  # the wheel itself is served
     local = pins.matrix.consumer_torch.partition("+")[2]

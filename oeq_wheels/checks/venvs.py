@@ -8,7 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
-from .. import fetch, proc, pythons
+from .. import proc
+from ..inputs import fetch, pythons
 from ..files import locked, sha256_file
 from ..oeq import wheel as oeqpy
 from ..pins import Pins

@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .. import fetch, inputs, pythons
+from ..inputs import fetch, unpack, pythons
 from ..files import default_cache
 from ..pins import Pins
 
@@ -36,7 +36,7 @@ def consumer_root(p: Pins, cache: Path | None = None) -> Path:
     """The pinned consumer's package, downloaded by sha256 and unpacked once into the cache."""
     cache = cache or default_cache()
     files = fetch.ensure(list(p.consumer.wheels), cache)
-    return inputs.consumer_tree([(w, files[w.file]) for w in p.consumer.wheels], cache)
+    return unpack.consumer_tree([(w, files[w.file]) for w in p.consumer.wheels], cache)
 
 
 def ask(files: dict[str, bytes], python: str, p: Pins, *, torch: str | None = None, oeq: str | None = None,

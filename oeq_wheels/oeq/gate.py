@@ -30,7 +30,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
 
-    from .. import fetch, inputs
+    from ..inputs import fetch, unpack
     from ..files import default_cache
     from . import wheel as oeqpy
     v = Verdict(wheel)
@@ -60,8 +60,8 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     cache = default_cache()
     if sdist_root is None or cuda_root is None:
         got = fetch.ensure([p.oeq, *ob.nvidia], cache)
-        sdist_root = sdist_root or inputs.oeq_tree(got[p.oeq.file], p.oeq, cache)
-        cuda_root = cuda_root or inputs.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
+        sdist_root = sdist_root or unpack.oeq_tree(got[p.oeq.file], p.oeq, cache)
+        cuda_root = cuda_root or unpack.cuda_tree([(n, got[n.file]) for n in ob.nvidia], cache)
     extlib = oeqpy.EXTLIB.as_posix()
     module = f"{extlib}/{ob.module_name}{ob.ext_suffix(py_version)}"
     aoti = f"{extlib}/{ob.aoti_library}"

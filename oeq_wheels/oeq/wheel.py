@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.metadata import Metadata
 from packaging.tags import Tag
 
-from .. import fetch, inputs
+from ..inputs import fetch, unpack
 from ..errors import OeqWheelsError
 from ..wheelfile import fix_modes, pack, wheel_file
 from ..pins import Pins
@@ -76,7 +76,7 @@ def stage(pins: Pins, root: Path, staged: Path, *, version: str, tag: Tag, purel
 def build_pure(pins: Pins, outdir: Path, cache: Path) -> Path:
     """openequivariance-0.7.0-py3-none-any.whl: the sdist's Python package, no extension."""
     files = fetch.ensure([pins.oeq], cache)
-    root = inputs.oeq_tree(files[pins.oeq.file], pins.oeq, cache)
+    root = unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache)
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         staged = stage(pins, root, Path(tmp) / "stage", version=pins.oeq.version, tag=Tag("py3", "none", "any"),

@@ -65,9 +65,10 @@ def test_verify_cli_passes_and_auditwheel_proves_2_28(cp311_wheel):
 
 
 def test_licence_equals_the_sdist(cp311_wheel, cache):
-    from oeq_wheels import inputs, pins as P
+    from oeq_wheels import pins as P
+    from oeq_wheels.inputs import unpack
     pins = P.load()
-    root = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache)
+    root = unpack.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache)
     sdist_license = (root / "LICENSE").read_bytes()
     assert (REPO / "LICENSE.openequivariance").read_bytes() == sdist_license
     with zipfile.ZipFile(cp311_wheel) as zf:
@@ -109,11 +110,12 @@ def test_wheel_loads_beside_torch(cp311_wheel, torch_venv, libcuda_stub, tmp_pat
 def test_flags_match_torch_own_recipe(torch_venv, cache):
     """Our C++ standard and ABI, read from the wheel without importing torch, equal torch's own."""
     from oeq_wheels.ext import compile as cc
-    from oeq_wheels import inputs, pins as P
+    from oeq_wheels import pins as P
+    from oeq_wheels.inputs import unpack
     pins = P.load()
     pin = pins.matrix.torch_wheel("cp311")
-    from oeq_wheels import fetch
-    root = inputs.torch_tree(fetch.ensure([pin], cache)[pin.file], pin, cache, pins.torch_needed)
+    from oeq_wheels.inputs import fetch
+    root = unpack.torch_tree(fetch.ensure([pin], cache)[pin.file], pin, cache, pins.torch_needed)
     code = ("import torch, torch.utils.cpp_extension as ce, inspect;"
             "src = inspect.getsource(ce._write_ninja_file_to_build_library);"
             "import re; print(re.search(r\"'-fPIC', '-std=(c\\+\\+\\d+)'\", src).group(1));"

@@ -3,7 +3,8 @@ unpacked tree is never used, an unchanged one is not read again (objects and blo
 import pytest
 
 from damage import flip_byte_keep_mtime
-from oeq_wheels import fetch, inputs, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch, unpack
 from oeq_wheels.files import sha256_file
 
 
@@ -33,33 +34,33 @@ def test_download_with_a_flipped_byte_and_restored_mtime_is_fetched_again(pybind
 def test_tree_with_a_flipped_byte_is_unpacked_again(pybind11_download, capsys):
     pin, cache = pybind11_download
     wheel = cache / "downloads" / pin.file
-    include = inputs.pybind11_include(wheel, pin, cache)
+    include = unpack.pybind11_include(wheel, pin, cache)
     header = include / "pybind11" / "pybind11.h"
     good = header.read_bytes()
     flip_byte_keep_mtime(header)
-    inputs._checked.clear()  # as a new run would start
-    assert "differs from what was unpacked" in inputs.tree_problem(include.parent.parent)
-    again = inputs.pybind11_include(wheel, pin, cache)
+    unpack._checked.clear()  # as a new run would start
+    assert "differs from what was unpacked" in unpack.tree_problem(include.parent.parent)
+    again = unpack.pybind11_include(wheel, pin, cache)
     assert again == include and header.read_bytes() == good
     assert "unpacking it again" in capsys.readouterr().err
-    assert inputs.tree_problem(include.parent.parent) is None
+    assert unpack.tree_problem(include.parent.parent) is None
 
 
 def test_tree_with_an_added_file_or_no_record_is_unpacked_again(pybind11_download):
     pin, cache = pybind11_download
     wheel = cache / "downloads" / pin.file
-    root = inputs.pybind11_include(wheel, pin, cache).parent.parent
+    root = unpack.pybind11_include(wheel, pin, cache).parent.parent
     (root / "pybind11" / "include" / "pybind11" / "shadow.h").write_text("#error shadowed\n")
-    assert "missing or added" in inputs.tree_problem(root)
-    inputs._checked.clear()
-    inputs.pybind11_include(wheel, pin, cache)
+    assert "missing or added" in unpack.tree_problem(root)
+    unpack._checked.clear()
+    unpack.pybind11_include(wheel, pin, cache)
     assert not (root / "pybind11" / "include" / "pybind11" / "shadow.h").exists()
-    (root / inputs.TREE_RECORD).unlink()  # a tree from an older oeq-wheels: no record to check against
-    assert "no content record" in inputs.tree_problem(root)
+    (root / unpack.TREE_RECORD).unlink()  # a tree from an older oeq-wheels: no record to check against
+    assert "no content record" in unpack.tree_problem(root)
 
 
 def test_unchanged_tree_is_not_read_again(pybind11_download, monkeypatch):
     pin, cache = pybind11_download
-    root = inputs.pybind11_include(cache / "downloads" / pin.file, pin, cache).parent.parent
-    monkeypatch.setattr(inputs, "_crc32", lambda p: pytest.fail(f"re-read unchanged {p}"))
-    assert inputs.tree_problem(root) is None
+    root = unpack.pybind11_include(cache / "downloads" / pin.file, pin, cache).parent.parent
+    monkeypatch.setattr(unpack, "_crc32", lambda p: pytest.fail(f"re-read unchanged {p}"))
+    assert unpack.tree_problem(root) is None

@@ -15,7 +15,8 @@ import pytest
 
 import engine as test_image
 from conftest import REPO, unavailable
-from oeq_wheels import debian, members
+from oeq_wheels import debian
+from oeq_wheels.inputs import members
 from oeq_wheels.ext.gate import verify_wheel
 from oeq_wheels.output import extra_dir
 

@@ -18,7 +18,8 @@ import subprocess
 import zipfile
 
 
-from oeq_wheels import fetch, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
@@ -202,7 +203,7 @@ def test_fastmaces_check_runs_a_cpython_that_finds_its_libpython_only_through_ld
                                                                                             monkeypatch):
     """setup-python's shared CPythons on GitHub's runner need LD_LIBRARY_PATH (make rehearse-ci found the gate's
     FastMACE check failing there): the check's clean environment keeps it."""
-    from oeq_wheels import pythons
+    from oeq_wheels.inputs import pythons
     real = pythons.find("3.11")
     shared = tmp_path / "python3.11"
     shared.write_text('#!/bin/sh\n[ "$LD_LIBRARY_PATH" = /the/libpython/dir ] || { echo "python3.11: error while '

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from oeq_wheels import fetch, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch
 
 
 def test_hash_mismatch_is_refused(tmp_path):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from builds import cli, finish, hidden, wait_for, wheels_in
-from oeq_wheels import fetch, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch
 from oeq_wheels.output import extra_dir
 
 

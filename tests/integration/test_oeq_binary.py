@@ -7,7 +7,8 @@ import zipfile
 
 from conftest import RUNTIME, run_cli
 from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
-from oeq_wheels import inputs, pins as P, elf
+from oeq_wheels import pins as P, elf
+from oeq_wheels.inputs import unpack
 from oeq_wheels.oeq.gate import verify_oeq_binary
 
 VERSION = P.load().oeq_binary.version(P.load().oeq.version)
@@ -17,7 +18,7 @@ EXTLIB = "openequivariance/_torch/extlib/"
 def test_name_version_and_contents(cp311_oeq_wheel, cache):
     pins = P.load()
     assert cp311_oeq_wheel.name == f"openequivariance-{VERSION}-cp311-cp311-manylinux_2_28_x86_64.whl"
-    root = inputs.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache)
+    root = unpack.oeq_tree(cache / "downloads" / pins.oeq.file, pins.oeq, cache)
     with zipfile.ZipFile(cp311_oeq_wheel) as zf:
         names = set(zf.namelist())
         meta = zf.read(f"openequivariance-{VERSION}.dist-info/METADATA").decode()

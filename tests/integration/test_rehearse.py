@@ -58,7 +58,7 @@ def test_pages_serves_only_the_project_path_and_crawl_finds_a_broken_or_wrong_fi
 def test_upgrade_download_hashes_and_index_url_from_the_served_site(cp311_wheel, cp311_oeq_wheel, tmp_path, cache):
     """What README says of upgrades and mixed indexes, against the site as Pages serves it (no torch needed)."""
     from oeq_wheels.oeq import wheel as oeqpy
-    from oeq_wheels import pythons
+    from oeq_wheels.inputs import pythons
     pins = P.load()
     root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
     py = pythons.find("3.11").executable

@@ -142,7 +142,8 @@ def test_stock_jit_fails_here_and_wheel_fallback_builds(oeq_venv, libcuda_stub, 
     # As after `pip install torch` (the venv is this test's own), torch's requirements do not bring nvidia-cuda-crt
     # (nor, before torch 2.15, nvidia-cuda-cccl): the fallback says what to install, the versions pinned for the
     # matrix's torch ...
-    from oeq_wheels import fetch, files, pins as P
+    from oeq_wheels import files, pins as P
+    from oeq_wheels.inputs import fetch
     from fastmace_oeq_ext import cudaflags
     missing = {dist for _f, dist in cudaflags.missing_cu13_parts(next((oeq_venv / "lib").glob("python3.*/site-packages")))}
     assert "nvidia-cuda-crt" in missing, missing

@@ -2,7 +2,8 @@
 import subprocess
 
 
-from oeq_wheels import fetch, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch
 from oeq_wheels.checks import venvs
 
 

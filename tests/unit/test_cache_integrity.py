@@ -7,7 +7,8 @@ import zipfile
 import pytest
 
 from damage import flip_byte_keep_mtime
-from oeq_wheels import inputs, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import unpack
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import sweep_stale, temp_prefix
 
@@ -17,8 +18,8 @@ def test_damaged_archive_is_one_line_error(tmp_path):
     bad = tmp_path / "downloads" / pin.file
     bad.parent.mkdir()
     bad.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(inputs.InputError, match="cannot unpack the archive .* run again to download it afresh"):
-        inputs.pybind11_include(bad, pin, tmp_path)
+    with pytest.raises(unpack.InputError, match="cannot unpack the archive .* run again to download it afresh"):
+        unpack.pybind11_include(bad, pin, tmp_path)
     assert not [p for p in (tmp_path / "extract").iterdir()]  # no half tree left
 
 
@@ -30,10 +31,10 @@ def test_damaged_blob_is_extracted_again(tmp_path):
     blobs = tmp_path / "blobs"
     with zipfile.ZipFile(z) as zf:
         info = zf.getinfo("torch/lib/libbig.so")
-        inputs._extract_member(zf, info, tmp_path / "t1", blobs)
+        unpack._extract_member(zf, info, tmp_path / "t1", blobs)
         (blob,) = blobs.iterdir()
         flip_byte_keep_mtime(blob, 12345)
-        inputs._extract_member(zf, info, tmp_path / "t2", blobs)
+        unpack._extract_member(zf, info, tmp_path / "t2", blobs)
     assert (tmp_path / "t2/torch/lib/libbig.so").read_bytes() == big
 
 

@@ -92,3 +92,13 @@ def test_every_import_of_our_modules_names_what_exists():
     files = [p for d in ("oeq_wheels", "runtime", "tests", "bench", "tools", "contrib") for p in (REPO / d).rglob("*.py")
              if "__pycache__" not in p.parts]
     assert not missing_imports(files), missing_imports(files)
+
+
+def test_pyproject_declares_every_package():
+    """setuptools installs only the packages pyproject.toml lists: a new folder left out would be missing from an
+    install of the pipeline (pip install .), though every run from the checkout finds it."""
+    import tomllib
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(i.parent.relative_to(REPO).parts) for i in (REPO / "oeq_wheels").rglob("__init__.py")
+             if "__pycache__" not in i.parts} | {"fastmace_oeq_ext"}
+    assert declared == found, f"pyproject.toml's packages differ from the folders: {sorted(declared ^ found)}"

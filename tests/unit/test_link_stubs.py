@@ -1,4 +1,4 @@
-"""Link stubs (oeq_wheels/link_stubs.py, oeq_wheels/link_stub_store.py): a library's dynamic symbols and nothing else give
+"""Link stubs (oeq_wheels/inputs/link_stubs.py, oeq_wheels/inputs/link_stub_store.py): a library's dynamic symbols and nothing else give
 the linker's output byte for byte; a stub is made from a whole library or from the first bytes of its member, and
 used only with the pinned digest. The full-size proof (the 20 release wheels from stubs equal those from the
 libraries) is bench/run.py --fetch-equal."""
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fake_registry import Registry
-from oeq_wheels import link_stubs, fetch, files, inputs, members, pins as P, link_stub_store
+from oeq_wheels import files, pins as P
+from oeq_wheels.inputs import link_stubs, fetch, unpack, members, link_stub_store
 from test_members import wheel
 
 LIB = r"""
@@ -140,7 +141,7 @@ def test_the_tree_holds_the_stub_and_the_library_is_fetched_in_part_or_not_kept(
     pin = dataclasses.replace(pin, stubs=(_stub_pin(built, prefix),))
     cache = tmp_path / "cache"
     got = fetch.ensure([pin], cache)
-    tree = inputs.cuda_tree([(pin, got[NAME])], cache)
+    tree = unpack.cuda_tree([(pin, got[NAME])], cache)
     lib = tree / "nvidia" / "cu13" / "lib" / SONAME
     assert link_stubs.view_of_file(lib)[0] == link_stubs.view_of_file(built["lib"])[0]
     assert lib.read_bytes() != built["lib"].read_bytes()
@@ -150,8 +151,8 @@ def test_the_tree_holds_the_stub_and_the_library_is_fetched_in_part_or_not_kept(
     assert not stored  # the library itself is never kept
     shutil.rmtree(tree)
     sent = reg.sent[NAME]
-    inputs._checked.clear()
-    inputs.cuda_tree([(pin, got[NAME])], cache)  # a second tree: the stub is stored, the library not fetched again
+    unpack._checked.clear()
+    unpack.cuda_tree([(pin, got[NAME])], cache)  # a second tree: the stub is stored, the library not fetched again
     assert reg.sent[NAME] - sent < 64 << 10
 
 
@@ -183,7 +184,7 @@ def test_a_library_whose_symbols_are_not_the_pinned_ones_is_refused(served, buil
     pin = dataclasses.replace(pin, stubs=(_stub_pin(built, prefix, digest="0" * 64),))
     cache = tmp_path / "cache"
     with pytest.raises(members.MemberError) as err:
-        inputs.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
+        unpack.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
     line = str(err.value)
     assert "\n" not in line and f"{MEMBER} exports symbols of digest" in line and "pinned 0000000000000000" in line
     assert not [p for p in (cache / "stubs").rglob("*") if p.is_file()] if (cache / "stubs").exists() else True
@@ -198,7 +199,7 @@ def test_tables_pinned_in_the_wrong_place_are_refused(served, built, tmp_path):
     pin = dataclasses.replace(pin, stubs=(P.StubPin(SONAME, good.digest, tuple(moved)),))
     cache = tmp_path / "cache"
     with pytest.raises(members.MemberError, match=f"{MEMBER}") as err:
-        inputs.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
+        unpack.cuda_tree([(pin, fetch.ensure([pin], cache)[NAME])], cache)
     assert "\n" not in str(err.value)
 
 
@@ -222,13 +223,13 @@ def test_a_whole_wheel_at_hand_gives_the_same_stub_and_whole_mode_the_library(se
     whole = tmp_path / NAME
     whole.write_bytes(body)
     lib = Path("nvidia") / "cu13" / "lib" / SONAME
-    from_members = inputs.cuda_tree([(pin, fetch.ensure([pin], tmp_path / "c1")[NAME])], tmp_path / "c1") / lib
-    at_hand = inputs.cuda_tree([(pin, whole)], tmp_path / "c2") / lib
+    from_members = unpack.cuda_tree([(pin, fetch.ensure([pin], tmp_path / "c1")[NAME])], tmp_path / "c1") / lib
+    at_hand = unpack.cuda_tree([(pin, whole)], tmp_path / "c2") / lib
     assert at_hand.read_bytes() == from_members.read_bytes() != built["lib"].read_bytes()
     assert not [p for p in (tmp_path / "c2" / "stubs").rglob("*") if p.is_file() and p.name != SONAME]  # no leftovers
     monkeypatch.setenv("OEQ_WHEELS_FETCH", "whole")
-    assert (inputs.cuda_tree([(pin, whole)], tmp_path / "c3") / lib).read_bytes() == built["lib"].read_bytes()
+    assert (unpack.cuda_tree([(pin, whole)], tmp_path / "c3") / lib).read_bytes() == built["lib"].read_bytes()
     monkeypatch.delenv("OEQ_WHEELS_FETCH")
     bad = dataclasses.replace(pin, stubs=(_stub_pin(built, False, digest="1" * 64),))
     with pytest.raises(members.MemberError, match=f"{MEMBER} exports symbols of digest .*pinned 1111"):
-        inputs.cuda_tree([(bad, whole)], tmp_path / "c4")
+        unpack.cuda_tree([(bad, whole)], tmp_path / "c4")

@@ -1,4 +1,4 @@
-"""Members of a pinned wheel by HTTP range (oeq_wheels.members), against a registry on loopback
+"""Members of a pinned wheel by HTTP range (oeq_wheels.inputs.members), against a registry on loopback
 (tests/fake_registry.py): only what a tree needs is fetched, each member checked against the pinned RECORD,
 and every way a host or a file can be wrong is refused in one line with nothing kept."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import zipfile
 import pytest
 
 from fake_registry import Registry
-from oeq_wheels import fetch, inputs, members, pins as P
+from oeq_wheels import pins as P
+from oeq_wheels.inputs import fetch, unpack, members
 
 BIG = os.urandom(3 << 20)  # incompressible: a "library" the tree does not need, between the members it does
 
@@ -73,7 +74,7 @@ def test_the_tree_holds_the_needed_members_and_the_rest_is_never_fetched(served,
     log = []
     got = fetch.ensure([pin], cache, log.append)
     assert isinstance(got[NAME], fetch.Remote) and not (cache / "downloads" / NAME).exists()
-    tree = inputs.cuda_tree([(pin, got[NAME])], cache)
+    tree = unpack.cuda_tree([(pin, got[NAME])], cache)
     lib = tree / "nvidia" / "cu13" / "lib"
     assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so.13"]  # cublasLt is not linked
     assert (lib / "libcublas.so.13").read_bytes() == FILES["nvidia/cu13/lib/libcublas.so.13"]
@@ -211,7 +212,7 @@ def test_a_tree_from_members_equals_the_tree_from_the_whole_wheel(served, tmp_pa
         cache = tmp_path / mode
         got = fetch.ensure([pin], cache)
         assert isinstance(got[NAME], fetch.Remote) == (mode == "members")
-        tree = inputs.cuda_tree([(pin, got[NAME])], cache)
+        tree = unpack.cuda_tree([(pin, got[NAME])], cache)
         trees[mode] = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*")
                        if p.is_file() and not p.name.startswith(".oeq-wheels-")}  # but the tree's own stamps
     assert trees["whole"] and trees["members"] == trees["whole"]

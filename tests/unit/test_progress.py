@@ -35,7 +35,7 @@ def test_quiet_hides_progress_but_not_warnings_and_verbose_shows_commands(capsys
 
 
 def test_download_progress_reads_pips_raw_lines():
-    from oeq_wheels.fetch import _Progress
+    from oeq_wheels.inputs.fetch import _Progress
     p = _Progress()
     p.start("torch.whl")
     p.line("torch.whl", "Progress 50000000 of 100000000")

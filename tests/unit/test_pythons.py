@@ -1,6 +1,6 @@
 import pytest
 
-from oeq_wheels import pythons
+from oeq_wheels.inputs import pythons
 
 
 def test_discovers_every_pinned_python():

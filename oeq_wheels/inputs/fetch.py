@@ -19,10 +19,11 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import members, proc, link_stub_store
-from .errors import OeqWheelsError
-from .files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
-from .pins import Pinned
+from .. import proc
+from . import members, link_stub_store
+from ..errors import OeqWheelsError
+from ..files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
+from ..pins import Pinned
 
 
 class FetchError(OeqWheelsError):
@@ -207,7 +208,7 @@ def _download_one(item: Pinned, dest: Path, log, progress: _Progress) -> None:
 
 
 class Remote:
-    """A pinned wheel read member by member (oeq_wheels.members): fetch.ensure's answer for it. Nothing is fetched
+    """A pinned wheel read member by member (oeq_wheels.inputs.members): fetch.ensure's answer for it. Nothing is fetched
     until an input tree needs members of it; a tree already unpacked needs no network."""
 
     def __init__(self, pin: Pinned, cache: Path, log):
@@ -215,7 +216,7 @@ class Remote:
 
     def unpack(self, wanted, root: Path) -> Path | None:
         """Hard-link the members satisfying wanted(name) into root, and for the libraries among them that the pins
-        stub, their link stubs (oeq_wheels.link_stub_store); or, where the index or file host cannot serve members,
+        stub, their link stubs (oeq_wheels.inputs.link_stub_store); or, where the index or file host cannot serve members,
         download the whole wheel and return its path for the caller to unpack."""
         stubbed = link_stub_store.stubbed(self.pin)
         lib = lambda name: name.rsplit("/", 1)[-1]  # noqa: E731
@@ -241,7 +242,7 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, 
 
     Files already verified are used as they are, so a second run needs no network. A wheel whose RECORD is pinned
     is not downloaded (unless a verified whole copy is here already): its answer is a Remote, whose members an input
-    tree fetches (oeq_wheels.members).
+    tree fetches (oeq_wheels.inputs.members).
     stage: a progress.Stage whose heartbeat then names each download's size and rate.
     whole: every file downloaded whole (for a step that needs the file itself, e.g. to install or re-version it).
     """

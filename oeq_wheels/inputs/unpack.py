@@ -20,10 +20,10 @@ import zlib
 from pathlib import Path
 
 from . import link_stub_store
-from .errors import OeqWheelsError
-from .files import stat_key, temp_prefix, write_atomic
-from .pins import Pinned
-from .progress import warn
+from ..errors import OeqWheelsError
+from ..files import stat_key, temp_prefix, write_atomic
+from ..pins import Pinned
+from ..progress import warn
 
 TORCH_TEXT_FILES = ("torch/version.py", "torch/utils/cpp_extension.py")
 

@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
-from .files import sha256_file, temp_prefix
-from .pins import cp_tag
+from ..errors import UsageError
+from ..files import sha256_file, temp_prefix
+from ..pins import cp_tag
 
 PROBE = (
     "import sys, sysconfig, json, os;"

@@ -1,7 +1,7 @@
 """Link stubs of the pinned libraries, each made once and kept under cache/stubs/ by its view digest.
 
 pins.toml names, for each torch and NVIDIA wheel, the digest of each linked library's dynamic-symbol view
-(oeq_wheels/link_stubs.py), taken from one full download when the pin was made. The chain of trust:
+(oeq_wheels/inputs/link_stubs.py), taken from one full download when the pin was made. The chain of trust:
 - a library with pinned table places (the NVIDIA libraries keep their tables at the start) is read from the
   first bytes of its member, fetched by range (members.fetch_prefix); RECORD covers whole members only, so what
   is used is the view, and its digest must be the pinned one;
@@ -25,8 +25,8 @@ import zipfile
 from pathlib import Path
 
 from . import link_stubs, members
-from .files import locked_dir, sweep_stale, temp_prefix
-from .pins import Pinned, StubPin
+from ..files import locked_dir, sweep_stale, temp_prefix
+from ..pins import Pinned, StubPin
 
 _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
@@ -111,7 +111,7 @@ def _store(view: link_stubs.View, pin: Pinned, sp: StubPin, member: str, path: P
         link_stubs.write_stub(view, tmp)
         if link_stubs.view_of_file(tmp)[0].digest() != sp.digest:
             raise link_stubs.StubError(f"the stub written for {member} does not read back as its library; "
-                                    "this is a defect of oeq_wheels/link_stubs.py")
+                                    "this is a defect of oeq_wheels/inputs/link_stubs.py")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ pip's hash checking covers whole files only, so the chain of trust is ours:
   nothing of it is kept.
 
 Members are stored once by sha256 under cache/members/ (torch releases share headers), and the input trees
-hard-link them. The libraries the build links are not kept: their link stubs are (oeq_wheels/link_stub_store.py), made
+hard-link them. The libraries the build links are not kept: their link stubs are (oeq_wheels/inputs/link_stub_store.py), made
 from the first bytes of the member (fetch_prefix) or from the whole member, which is then removed. Where the index has no JSON API or the file
 host ignores ranges, or OEQ_WHEELS_FETCH=whole, or a pin has no RECORD sha256, the whole wheel is fetched as
 before (fetch.ensure). Hand-rolled because no installer fetches part of a wheel.
@@ -35,11 +35,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import registry
-from .errors import OeqWheelsError
-from .files import temp_prefix, sweep_stale
-from .pins import Pinned
-from .stop import stop_if_cancelled
+from .. import registry
+from ..errors import OeqWheelsError
+from ..files import temp_prefix, sweep_stale
+from ..pins import Pinned
+from ..stop import stop_if_cancelled
 
 LEDGER = "fetched.jsonl"   # cache/members/: one line per range fetch {wheel, bytes, seconds}, for bench/run.py
 GAP = 1 << 20              # members closer than this are fetched in one request (the headers lie together)
@@ -324,7 +324,7 @@ def _ledger(wheel: RemoteWheel, root: Path, what: str, took: float, wanted: int,
 
 def fetch_prefix(wheel: RemoteWheel, name: str, size: int, cache: Path, log=lambda s: None) -> bytes:
     """The first size bytes of one member (decompressed), by one range request: what a link stub is made of
-    (oeq_wheels/link_stub_store.py). RECORD's sha256 covers whole members only, so these bytes are checked by the caller,
+    (oeq_wheels/inputs/link_stub_store.py). RECORD's sha256 covers whole members only, so these bytes are checked by the caller,
     against the pinned digest of the stub they make; here only that the response is whole and inflates."""
     t0 = time.monotonic()
     pin, before = wheel.pin, wheel.counted
