@@ -123,6 +123,13 @@ def runner_user() -> tuple[str, Path]:
     return USER, Path(entry.pw_dir)
 
 
+def tool_cache_dir(home: Path) -> Path:
+    """Where the rehearsal's tool cache lives: in the runner user's cache, at one place for every run (as GitHub's
+    /opt/hostedtoolcache is), never in a run's workspace: the venvs --keep-caches keeps name their interpreter by
+    its path, and a workspace goes with its run."""
+    return home / ".cache" / "oeq-wheels-rehearsal" / "toolcache"
+
+
 def tool_cache(dest: Path, versions: list[str]) -> Path:
     """This machine's CPythons at dest/Python/X.Y.Z/x64, as GitHub's runner image holds them (without what was
     pip-installed into them); setup-python's stand-in puts them on PATH."""
@@ -249,8 +256,11 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         event = ws / "event.json"
         event.write_text(json.dumps({"ref": f"refs/tags/{tag}", "ref_name": tag,
                                      "repository": {"full_name": pins.repository}}))
+        if os.geteuid() == 0 and fresh:  # the runner user's caches, emptied before anything is put there
+            for c in (".cache", ".local/share/uv"):
+                shutil.rmtree(home / c, ignore_errors=True)
         versions = [v for v, _ in sorted(pins.toolchain.pythons.items())]
-        tool_cache(ws / "toolcache", versions)
+        toolcache = tool_cache(tool_cache_dir(home), versions)
         hostcc = host_compiler(ws / "hostcc")
         standins = clone / STANDIN_DIR.relative_to(REPO)
         (ws / "bin").mkdir()
@@ -258,10 +268,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
             (ws / d).mkdir()
         if os.geteuid() == 0:
-            subprocess.run(["chown", "-R", f"{user}:", str(ws)], check=True)
-            if fresh:
-                for c in (".cache", ".local/share/uv"):
-                    shutil.rmtree(home / c, ignore_errors=True)
+            subprocess.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
         as_user = [] if os.geteuid() != 0 else ["sudo", "-u", user, "-H", "--"]
         # The stand-ins' own tools (twine for the publish stand-in), in a cache of the rehearsal's, not the runner's.
         boot = subprocess.run([*as_user, "env", f"OEQ_WHEELS_CACHE={ws / 'standin-cache'}",
@@ -277,7 +284,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             say(f"rehearse-ci: NOT RUN: job {job}: {why}")
         say(f"rehearse-ci: host compiler first on PATH: {hostcc / 'g++'} (says 14.9.9, compiles with -O0)")
         with hosts.pypiserver(ws / "pypi", ws / "pypiserver.log", "-a", ".", "-P", ".", "--overwrite") as pypi:
-            env = {"OEQ_REHEARSAL_REPO": str(clone), "OEQ_REHEARSAL_TOOLCACHE": str(ws / "toolcache"),
+            env = {"OEQ_REHEARSAL_REPO": str(clone), "OEQ_REHEARSAL_TOOLCACHE": str(toolcache),
                    "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
                    "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),

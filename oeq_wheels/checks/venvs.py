@@ -42,9 +42,10 @@ def _contents(venv: Path) -> str:
 
 def _ready(venv: Path) -> bool:
     """A cached venv is reused only as it was made: .complete records its distributions, and a venv someone
-    installed into or removed from since is made again (tests install into overlays, never into these)."""
+    installed into or removed from since is made again (tests install into overlays, never into these); so is one
+    whose interpreter is gone (the CPython it was made from removed or moved)."""
     done = venv / ".complete"
-    return done.is_file() and done.read_text() == _contents(venv)
+    return done.is_file() and (venv / "bin" / "python").exists() and done.read_text() == _contents(venv)
 
 
 def _done(venv: Path) -> Path:

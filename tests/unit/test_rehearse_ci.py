@@ -132,3 +132,17 @@ def test_the_gh_stand_in_runs_with_the_stand_ins_python_not_the_runners(tmp_path
     assets = [p.name for p in (tmp_path / "github/releases/v1/assets").iterdir()]
     assert assets == ["openequivariance-1.0.local.x-py3-none-any.whl"]  # renamed as GitHub renames ('+' -> '.')
     assert subprocess.run([gh, "release", "view", "v1", "--repo", "o/r"], env=env).returncode == 0
+
+
+def test_the_tool_cache_has_one_place_for_every_run():
+    """The venvs --keep-caches keeps name their interpreter by its path: a tool cache in the run's workspace (gone
+    with the run) broke every kept venv in the next run (a53f4c3: 22 failures). One place in the runner's caches,
+    emptied with them unless they are kept."""
+    import inspect
+    home = Path("/home/runner")
+    assert rehearse_ci.tool_cache_dir(home) == rehearse_ci.tool_cache_dir(home)
+    assert rehearse_ci.tool_cache_dir(home).is_relative_to(home / ".cache")
+    src = inspect.getsource(rehearse_ci.run)
+    assert "tool_cache(tool_cache_dir(home)" in src and '"toolcache"' not in src
+    # emptied before the tool cache is made there, not after
+    assert src.index('for c in (".cache", ".local/share/uv")') < src.index("tool_cache(tool_cache_dir(home)")
