@@ -199,9 +199,22 @@ class ObjectCache:
         return obj
 
 
+def longest_first(prefix_map: dict[str, str]) -> list[tuple[str, str]]:
+    """The build-host paths and their neutral names in one fixed order, the longest path first, for the compiler's
+    -ffile-prefix-map flags and the flags the manifest records alike. No path may begin with another (GCC compares
+    plain string prefixes, and applies the last flag that matches, the shorter path, where the manifest's
+    replacement applies the first, the longer): such a path would get two names, so it is refused."""
+    ordered = sorted(prefix_map.items(), key=lambda kv: -len(kv[0]))
+    for i, (longer, _) in enumerate(ordered):
+        shorter = next((o for o, _ in ordered[i + 1:] if longer.startswith(o)), None)
+        if shorter:
+            raise ValueError(f"prefix map: {longer} begins with {shorter}; the build's trees must have apart names")
+    return ordered
+
+
 def prefix_map_flags(prefix_map: dict[str, str]) -> list[str]:
-    """-ffile-prefix-map for each build-host path, the longest first (a path inside another maps by its own)."""
-    return [f"-ffile-prefix-map={src}={dst}" for src, dst in sorted(prefix_map.items(), key=lambda kv: -len(kv[0]))]
+    """-ffile-prefix-map for each build-host path (longest_first)."""
+    return [f"-ffile-prefix-map={src}={dst}" for src, dst in longest_first(prefix_map)]
 
 
 def link_stripped(toolchain: Toolchain, args: list[str], out: Path, what: str) -> Path:

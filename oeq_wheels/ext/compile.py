@@ -16,7 +16,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from ..toolchain import SHIM_DIR, CompileError, prefix_map_flags
+from ..toolchain import SHIM_DIR, CompileError, longest_first, prefix_map_flags
 
 
 def torch_cxx_std(torch_root: Path) -> str:
@@ -91,7 +91,7 @@ class CompileContext:
         for a in args:
             if a.startswith("-ffile-prefix-map="):
                 continue
-            for src, dst in sorted(self.prefix_map.items(), key=lambda kv: -len(kv[0])):
+            for src, dst in longest_first(self.prefix_map):
                 a = a.replace(src, dst)
             out.append(a)
         return out
