@@ -134,6 +134,19 @@ def test_the_workers_units_name_test_files_that_exist():
     assert len({conftest.unit_of(f"tests/{s}.py::t") for s in conftest.BIG_DISK}) == 1
 
 
+def test_the_pinned_xdist_still_splits_scopes_where_the_units_hook_in():
+    """The scheduler (tests/conftest.py pytest_xdist_make_scheduler) overrides pytest-xdist's private
+    LoadScopeScheduling._split_scope. An xdist that stopped calling it would split by file again, silently: the
+    big-disk files would then run beside each other. The pin is hash-locked; this holds an update to it."""
+    import inspect
+
+    import conftest
+    from xdist.scheduler import LoadScopeScheduling
+    assert "self._split_scope(" in inspect.getsource(LoadScopeScheduling)
+    assert inspect.signature(LoadScopeScheduling._split_scope).parameters.keys() == {"self", "nodeid"}
+    assert "def _split_scope(self, nodeid: str)" in inspect.getsource(conftest.pytest_xdist_make_scheduler)
+
+
 def test_make_test_passes_pytest_arguments_through():
     """A contributor's loop: `make test ARGS='-k name tests/test_x.py'` runs the same test command on a selection."""
     # As a top-level make: inside `make test`, MAKEFLAGS and ARGS would come with the environment.
