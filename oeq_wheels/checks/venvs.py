@@ -178,15 +178,26 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
     shutil.rmtree(old)
 
 
+NVIDIA_REQUIREMENT = re.compile(r"(nvidia-|cuda-toolkit\b)", re.I)  # NVIDIA's wheels, and the one that names them
+
+
+def requirements_without_nvidia(metadata: str) -> list[str]:
+    """A distribution's Requires-Dist lines (markers kept, for the installer to judge) but NVIDIA's wheels."""
+    return [line.split(":", 1)[1].strip() for line in metadata.splitlines()
+            if line.startswith("Requires-Dist:") and not NVIDIA_REQUIREMENT.match(line.split(":", 1)[1].strip())]
+
+
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
-                    index_url: str | None = None, transient: Path | None = None) -> Path:
+                    index_url: str | None = None, transient: Path | None = None, nvidia: bool = True) -> Path:
     """cache/venvs/pypi-torch-<torch_version>-cpXY-<lock>: torch as `pip install torch==X` gets it from PyPI
     (or `index_url`), OEq's import-time dependencies (requirements/consumer.txt) and the pinned consumer
     (FastMACE 1.0.0 and filelock), installed with uv (its cache makes a second venv of the same wheels cheap);
     made once, then reused. OEq and fastmace-oeq-ext are the tests' to install.
 
     transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
-    torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install)."""
+    torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install).
+    nvidia=False: torch and its other requirements, none of NVIDIA's wheels (~2.6 GB less to fetch and hold), for a
+    check that loads torch's CUDA libraries and calls none of them: loader_stubs stands in for them."""
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
@@ -197,12 +208,22 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
         uv = [sys.executable, "-m", "uv"]
         py = str(venv / "bin" / "python")
         proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
-        proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}",
-                       *(["--index-url", index_url] if index_url else [])], check=True, env=env)
+        index = ["--index-url", index_url] if index_url else []
+        if nvidia:
+            proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}", *index], check=True, env=env)
+        else:
+            proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", f"torch=={torch_version}", *index],
+                     check=True, env=env)
+            (meta,) = site_packages(venv).glob("torch-*.dist-info/METADATA")
+            rest = venv / "torch-requirements-without-nvidia.txt"
+            rest.write_text("".join(f"{r}\n" for r in requirements_without_nvidia(meta.read_text())))
+            proc.run(uv + ["pip", "install", "-q", "--python", py, "-r", str(rest), *index], check=True, env=env)
         proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r",
                        str(CONSUMER_LOCK)], check=True, env=env)
         proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
                        *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
+    if not nvidia and not transient:
+        raise ValueError("a venv without NVIDIA's wheels is a test's own (transient): the shared ones are whole")
     if transient:  # the caller's own folder: nothing to share or reuse
         shutil.rmtree(transient / "venv", ignore_errors=True)
         make(transient / "venv")

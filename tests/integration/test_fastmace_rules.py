@@ -20,10 +20,11 @@ Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line
 Unpatched FastMACE's rows stay in test_fastmace.py; the aarch64 row (under qemu) is test_aarch64.py's, beside the
 other emulated installs, whose uv cache it shares.
 
-Cost: a uv venv per torch (the cu130 line's and the cu128 line's), each about 5 GB and 10-30 s to make on this machine.
-The matrix's torch is the cached venv other tests share; every other torch's venv and its own uv cache live
-in the test's tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run
-installs them again. Then the file runs in a few minutes.
+Cost: a uv venv per torch (the cu130 line's and the cu128 line's). The matrix's torch is the cached venv other tests
+share, NVIDIA's wheels included; every other torch's venv (torch and its requirements but NVIDIA's wheels, about
+2 GB, with load stubs for NVIDIA's libraries: nothing here calls into CUDA) and its own uv cache live in the test's
+tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run installs them
+again. Then the file runs in a few minutes.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ import pytest
 
 from conftest import REPO, oeq_wheel_of
 from oeq_wheels import driver_stub as libcuda, pins as P
-from oeq_wheels.checks import venvs
+from oeq_wheels.checks import loader_stubs, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -131,11 +132,13 @@ def cu130_ext(built) -> Path:
 def venv_for(torch: str, tmp_path: Path) -> Path:
     """The test's own venv: an overlay of the cached one for the matrix's torch (which other tests share), else one
     made in tmp_path with its own uv cache, gone with tmp_path when the test passes (a torch only this file uses:
-    the suite's peak disk holds one such stack at a time instead of five)."""
+    the suite's peak disk holds one such stack at a time instead of five). Those other torches come without
+    NVIDIA's wheels (~2.6 GB each, fetched again every run): nothing here calls into CUDA, and load stubs made from
+    what the install needs stand in for them (driver_stub(..., venv); oeq_wheels/checks/loader_stubs.py)."""
     pins = P.load()
     if torch == pins.matrix.torch_version:
         return venvs.overlay(venvs.pypi_torch_venv(pins, default_cache(), torch), tmp_path / f"venv-{torch}")
-    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}")
+    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}", nvidia=False)
 
 
 site_of = venvs.site_packages
@@ -153,9 +156,14 @@ def reinstall(venv: Path, *wheels: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def driver_stub(libraries: list[Path], out: Path) -> Path:
-    """A libcuda.so.1 defining the driver symbols these libraries need (no GPU here); its directory."""
-    return libcuda.make_stub(libcuda.undefined_driver_symbols(libraries, dynamic=True), out).parent
+def driver_stub(libraries: list[Path], out: Path, venv: Path | None = None) -> Path:
+    """A libcuda.so.1 defining the driver symbols these libraries need (no GPU here); its directory. venv: also the
+    load stubs of the NVIDIA libraries its install needs and lacks (a venv_for venv without NVIDIA's wheels), beside
+    it on LD_LIBRARY_PATH; none where the wheels are there."""
+    stub_dir = libcuda.make_stub(libcuda.undefined_driver_symbols(libraries, dynamic=True), out).parent
+    if venv is not None:
+        loader_stubs.make(site_of(venv), venv / "bin" / "python", stub_dir)
+    return stub_dir
 
 
 def environment(venv: Path, sentinels, stub_dir: Path, tmp_path: Path, rules: bool, **extra) -> dict:
@@ -212,7 +220,7 @@ def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel,
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     site = site_of(venv)
-    stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub")
+    stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub", venv)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["torch_distribution"] == torch and today["oeq_version"] == pins.oeq.version, today
     assert today["reason"] == f"fastmace-oeq-ext was built for torch {post1_torch}, installed is {torch}"
@@ -281,7 +289,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
-    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
     assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
@@ -366,7 +374,7 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
-    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub")
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
                                        "installed"), today
@@ -385,7 +393,7 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     reinstall(venv, cu128_oeq)
     libs = sorted(extlib.glob("*.so"))
     assert libs and all(".abi3." not in l.name for l in libs)  # the cp311 build of the cu128 line
-    stub12 = driver_stub(libs, tmp_path / "stub12")
+    stub12 = driver_stub(libs, tmp_path / "stub12", venv)
     env = environment(venv, sentinels, stub12, tmp_path, rules=False)
     r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", OEQ_LOAD], capture_output=True,
                        text=True, env=env, cwd=str(tmp_path))

@@ -1,0 +1,188 @@
+"""Load stubs: the NVIDIA libraries a check on a machine without a GPU loads but never calls, made from what the
+libraries present need of them, so that such a check needs none of NVIDIA's wheels (about 2.6 GB per CUDA torch).
+
+On a machine without a GPU, `import torch`, loading OEq's precompiled extension and FastMACE's decisions load
+torch's NVIDIA libraries (NEEDED) and call none of them. For each library a file of the install NEEDS that neither
+the install nor the system has, a stub of that soname defines exactly what the install's files take from it: each
+versioned symbol under its version (the importers' own version needs name the library), and the unversioned
+symbols that nothing present defines. Every function returns 100 (CUDA's "no device"), every object is zeroed.
+The stubs are put first on LD_LIBRARY_PATH; libcuda.so.1 is left to driver_stub (OEQ_CUDA_DRIVER_LIBRARY names it).
+
+The build's link stubs (oeq_wheels/inputs/link_stubs.py) are not loadable: they carry symbols without code, and
+`import torch` crashes on them. These are, and they are never shipped: tests only, beside the real libraries'
+proof on the GPU machine (docs/validation.md).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import OeqWheelsError
+
+DRIVER = "libcuda.so.1"  # driver_stub's
+# NVIDIA's libraries (CUDA's runtime and math libraries, cuDNN, NCCL, NVRTC, nvJitLink, NVSHMEM, cuFile): stubbed
+# when the install lacks them even where the system has one (a CUDA toolkit's in the loader's cache), so that every
+# machine loads the same stubs.
+NVIDIA = re.compile(r"lib(cu|nv|nccl)\w*\.so(\.\d+)*")
+ELF_MAGIC = b"\x7fELF"
+SYSTEM_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
+
+
+class LoaderStubError(OeqWheelsError):
+    pass
+
+
+def _elf_files(root: Path) -> list[Path]:
+    out = []
+    for p in root.rglob("*.so*"):
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb") as f:
+                if f.read(4) == ELF_MAGIC:
+                    out.append(p)
+    return out
+
+
+def system_libraries() -> dict[str, Path]:
+    """The system's shared libraries by file name, as the loader finds them (its cache, then its default folders)."""
+    found: dict[str, Path] = {}
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.access(ldconfig, os.X_OK):
+            r = subprocess.run([ldconfig, "-p"], capture_output=True, text=True)
+            for m in re.finditer(r"^\s+(\S+) \(.*\) => (\S+)$", r.stdout, re.M):
+                found.setdefault(m.group(1), Path(m.group(2)))
+            break
+    for d in SYSTEM_DIRS:
+        for p in Path(d).glob("*.so*") if Path(d).is_dir() else []:
+            found.setdefault(p.name, p)
+    return found
+
+
+def _needed(path: Path) -> list[str]:
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    with open(path, "rb") as f:
+        dyn = next((s for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)), None)
+        return [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if dyn else []
+
+
+def _symbols(path: Path) -> tuple[dict, set]:
+    """({symbol: (type, soname or None, version or None)} undefined and not weak, {defined symbols})."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        versions = {}
+        for sec in elf.iter_sections():
+            if isinstance(sec, GNUVerNeedSection):
+                for vn, auxes in sec.iter_versions():
+                    for aux in auxes:
+                        versions[aux.entry["vna_other"]] = (vn.name, aux.name)
+        versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
+        dynsym = elf.get_section_by_name(".dynsym")
+        undefined, defined = {}, set()
+        for i, sym in enumerate(dynsym.iter_symbols() if dynsym else []):
+            if not sym.name:
+                continue
+            if sym["st_shndx"] != "SHN_UNDEF":
+                defined.add(sym.name)
+            elif sym["st_info"]["bind"] != "STB_WEAK":
+                ndx = versym.get_symbol(i)["ndx"] if versym else None
+                soname, version = versions.get(ndx & 0x7FFF, (None, None)) if isinstance(ndx, int) else (None, None)
+                undefined[sym.name] = (sym["st_info"]["type"], soname, version)
+    return undefined, defined
+
+
+def _interpreter_files(interpreter: Path) -> list[str]:
+    """The interpreter's executable and, for a shared build, its libpython: what defines the Python C API."""
+    r = subprocess.run([str(interpreter), "-c", "import os, sys, sysconfig; print(os.path.realpath(sys.executable)); "
+                        "print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', "
+                        "sysconfig.get_config_var('LDLIBRARY') or ''))"], capture_output=True, text=True, check=True)
+    return [f for f in r.stdout.splitlines() if os.path.isfile(f)]
+
+
+def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -> dict[str, dict[str, tuple]]:
+    """{missing soname: {symbol: (type, version or None)}} for the ELF files under root (a site-packages) run by
+    interpreter: what a stub of each library that root's files NEED and nobody has must define."""
+    system = system_libraries() if system is None else system
+    files = {p.name: p for p in _elf_files(root)}
+    # What loading the install's own modules loads: every library outside NVIDIA's folder (torch's, OEq's, Triton's)
+    # and what they NEED of it, transitively; not NVIDIA's plugins that nothing NEEDS (NVSHMEM's transports, which
+    # need MPI and UCX, are dlopen()ed by choice).
+    needs: dict[Path, list[str]] = {}
+    todo = [p for p in files.values() if p.relative_to(root).parts[0] != "nvidia"]
+    while todo:
+        p = todo.pop()
+        if p not in needs:
+            needs[p] = _needed(p)
+            todo += [files[n] for n in needs[p] if n in files]
+    missing = {n for needed in needs.values() for n in needed
+               if n not in files and n != DRIVER and (n not in system or NVIDIA.fullmatch(n))}
+    if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
+        return {}
+    symbols = {p: _symbols(p) for p in needs}
+    defined = set().union(*(d for _, d in symbols.values()))
+    for lib in {*_interpreter_files(interpreter)} | {str(system[n]) for needed in needs.values() for n in needed
+                                                    if n in system and n not in missing}:
+        defined |= _symbols(Path(lib))[1]
+    out: dict[str, dict[str, tuple]] = {n: {} for n in missing}
+    for p, needed in needs.items():
+        gone = [n for n in needed if n in missing]
+        if not gone:
+            continue
+        undefined = symbols[p][0]
+        loose = {s: (t, None) for s, (t, soname, _v) in undefined.items() if soname is None and s not in defined}
+        for s, (t, soname, version) in undefined.items():
+            if soname in missing:
+                out[soname][s] = (t, version)
+        # Unversioned symbols say no library: each missing one this file needs that has no versions of its own.
+        for n in [g for g in gone if not any(v for _t, v in out[g].values())] or gone:
+            for s, tv in loose.items():
+                out[n].setdefault(s, tv)
+    return out
+
+
+def _source(symbols: dict[str, tuple]) -> str:
+    lines = ["/* a load stub: every function returns 100 (no device), every object is zeroed */"]
+    for name, (typ, _version) in sorted(symbols.items()):
+        if typ == "STT_OBJECT":
+            lines.append(f"char {name}[256] __attribute__((aligned(64)));")
+        elif typ == "STT_TLS":
+            lines.append(f"__thread char {name}[256];")
+        else:
+            lines.append(f"int {name}(void) {{ return 100; }}")
+    return "\n".join(lines) + "\n"
+
+
+def _version_script(symbols: dict[str, tuple]) -> str:
+    nodes: dict[str, list[str]] = {}
+    for name, (_t, version) in sorted(symbols.items()):
+        if version:
+            if not re.fullmatch(r"[\w.]+", version):
+                raise LoaderStubError(f"load stubs: version {version!r} is not one a version script can name")
+            nodes.setdefault(version, []).append(name)
+    return "".join(f"{v} {{ global: {' '.join(s + ';' for s in names)} }};\n" for v, names in nodes.items())
+
+
+def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc") -> list[Path]:
+    """Write a stub for each library root's files need and nobody has into out; return them (none: nothing is
+    missing, as in an install with NVIDIA's wheels)."""
+    made = []
+    for soname, symbols in sorted(plan(root, interpreter).items()):
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            src, script = Path(tmp) / "stub.c", Path(tmp) / "stub.map"
+            src.write_text(_source(symbols))
+            cmd = [cc, "-shared", "-fPIC", "-w", "-fno-builtin", f"-Wl,-soname,{soname}", "-o", str(out / soname),
+                   str(src)]
+            versions = _version_script(symbols)
+            if versions:
+                script.write_text(versions)
+                cmd.append(f"-Wl,--version-script={script}")
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise LoaderStubError(f"load stub {soname}: {cc} failed: {r.stderr.strip()[-300:]}")
+        made.append(out / soname)
+    return made

@@ -1,0 +1,81 @@
+"""Load stubs (oeq_wheels/checks/loader_stubs.py): for the libraries an install NEEDS and lacks, stubs defining exactly
+what its files take from them, versioned where they ask for a version, so that the install loads with none of
+NVIDIA's wheels; an install that has them gets none; NVIDIA's plugins that nothing NEEDS are not followed."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oeq_wheels.checks import loader_stubs
+
+
+def gcc(*args):
+    subprocess.run(["gcc", "-shared", "-fPIC", "-w", *map(str, args)], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def install(tmp_path):
+    """root/pkg/libimp.so NEEDS libcublasX.so.9 (a versioned function and object) and libloose.so.1 (an unversioned
+    function); neither is in root. root/nvidia/x/libplugin.so NEEDS libmpiX.so.1, which nobody has either."""
+    libs = tmp_path / "real"
+    libs.mkdir()
+    (libs / "v.map").write_text("libcublasX.so.9 { global: cublasXCreate; cublasXTable; local: *; };\n")
+    (libs / "need.c").write_text("int cublasXCreate(void) { return 0; }\nint cublasXTable[4];\n")
+    gcc("-Wl,-soname,libcublasX.so.9", f"-Wl,--version-script={libs / 'v.map'}", "-o", libs / "libcublasX.so.9",
+        libs / "need.c")
+    (libs / "loose.c").write_text("int ncclXInit(void) { return 0; }\n")
+    gcc("-Wl,-soname,libloose.so.1", "-o", libs / "libloose.so.1", libs / "loose.c")
+    (libs / "libmpiX.so.1").write_bytes((libs / "libloose.so.1").read_bytes())
+    root = tmp_path / "site"
+    (root / "pkg").mkdir(parents=True)
+    (libs / "imp.c").write_text("extern int cublasXCreate(void); extern int cublasXTable[4]; extern int ncclXInit(void);\n"
+                                "int imp(void) { return cublasXCreate() + cublasXTable[0] + ncclXInit(); }\n")
+    gcc("-o", root / "pkg" / "libimp.so", libs / "imp.c", f"-L{libs}", "-l:libcublasX.so.9", "-l:libloose.so.1")
+    (root / "nvidia" / "x").mkdir(parents=True)
+    gcc("-o", root / "nvidia" / "x" / "libplugin.so", libs / "imp.c", f"-L{libs}", "-l:libmpiX.so.1",
+        "-Wl,--unresolved-symbols=ignore-all")
+    return root, libs
+
+
+def load(root: Path, lib_path: str) -> subprocess.CompletedProcess:
+    code = f"import ctypes; print(ctypes.CDLL({str(root / 'pkg' / 'libimp.so')!r}).imp())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, LD_LIBRARY_PATH=lib_path))
+
+
+def test_stubs_define_what_the_install_takes_and_it_loads(install, tmp_path):
+    root, real = install
+    assert loader_stubs.plan(root, Path(sys.executable), system={}) == {
+        "libcublasX.so.9": {"cublasXCreate": ("STT_FUNC", "libcublasX.so.9"),
+                            "cublasXTable": ("STT_OBJECT", "libcublasX.so.9")},
+        "libloose.so.1": {"ncclXInit": ("STT_FUNC", None)}}  # not libmpiX.so.1: only the plugin needs it
+    assert load(root, "").returncode != 0  # without them, the install does not load
+    made = loader_stubs.make(root, Path(sys.executable), tmp_path / "stubs")
+    assert sorted(p.name for p in made) == ["libcublasX.so.9", "libloose.so.1"]
+    r = load(root, str(tmp_path / "stubs"))
+    assert r.returncode == 0 and r.stdout.strip() == "200", r.stderr  # two stubbed calls answer 100, the object 0
+    assert load(root, str(real)).stdout.strip() == "0"  # the real ones, for contrast
+
+
+def test_an_install_with_its_libraries_gets_no_stub(install):
+    root, real = install
+    system = {p.name: p for p in real.glob("lib*.so*")}
+    # The system's own libraries serve; NVIDIA's are stubbed even where the system has one (a CUDA toolkit in the
+    # loader's cache), so that every machine loads the same.
+    assert set(loader_stubs.plan(root, Path(sys.executable), system=system)) == {"libcublasX.so.9"}
+    for lib in ("libcublasX.so.9", "libloose.so.1"):  # the install's own, as NVIDIA's wheels bring them
+        (root / "pkg" / lib).write_bytes((real / lib).read_bytes())
+    assert loader_stubs.plan(root, Path(sys.executable), system={}) == {}
+
+
+def test_requirements_without_nvidia_keep_the_rest_with_their_markers():
+    from oeq_wheels.checks.venvs import requirements_without_nvidia
+    meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas]==77.0.1; platform_system == "
+            "\"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
+            "Requires-Dist: cuda-bindings<78,>=77.0.1; platform_system == \"Linux\"\nRequires-Dist: triton~=77.2.0; "
+            "platform_system == \"Linux\"\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
+    assert requirements_without_nvidia(meta) == ["filelock", 'cuda-bindings<78,>=77.0.1; platform_system == "Linux"',
+                                                 'triton~=77.2.0; platform_system == "Linux"',
+                                                 'pyyaml; extra == "pyyaml"']
