@@ -23,9 +23,10 @@ from pathlib import Path
 from ..errors import OeqWheelsError
 
 DRIVER = "libcuda.so.1"  # driver_stub's
-# NVIDIA's libraries (CUDA's runtime and math libraries, cuDNN, NCCL, NVRTC, nvJitLink, NVSHMEM, cuFile): stubbed
-# when the install lacks them even where the system has one (a CUDA toolkit's in the loader's cache), so that every
-# machine loads the same stubs.
+# NVIDIA's libraries (CUDA's runtime and math libraries, CUPTI, cuDNN, NCCL, NVRTC, nvJitLink, NVSHMEM, cuFile): the
+# only ones stubbed, when the install lacks them, even where the system has one (a CUDA toolkit's in the loader's
+# cache), so that every machine loads the same stubs. Any other library is the loader's to find (Triton's
+# libtriton.so, NEEDED by name and loaded by path first).
 NVIDIA = re.compile(r"lib(cu|nv|nccl)\w*\.so(\.\d+)*")
 ELF_MAGIC = b"\x7fELF"
 SYSTEM_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
@@ -60,12 +61,18 @@ def system_libraries() -> dict[str, Path]:
     return found
 
 
-def _needed(path: Path) -> list[str]:
+def _needed(path: Path) -> tuple[list[str], list[Path]]:
+    """(NEEDED, the folders its RUNPATH or RPATH names, $ORIGIN expanded)."""
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
     with open(path, "rb") as f:
         dyn = next((s for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)), None)
-        return [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if dyn else []
+        tags = list(dyn.iter_tags()) if dyn else []
+    needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
+    paths = [d for t in tags if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")
+             for d in (t.runpath if t.entry.d_tag == "DT_RUNPATH" else t.rpath).split(":") if d]
+    origin = str(path.parent)
+    return needed, [Path(d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)) for d in paths]
 
 
 def _symbols(path: Path) -> tuple[dict, set]:
@@ -105,21 +112,29 @@ def _interpreter_files(interpreter: Path) -> list[str]:
 
 def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -> dict[str, dict[str, tuple]]:
     """{missing soname: {symbol: (type, version or None)}} for the ELF files under root (a site-packages) run by
-    interpreter: what a stub of each library that root's files NEED and nobody has must define."""
+    interpreter: what a stub of each NVIDIA library that root's files NEED and the install lacks must define.
+    system: the system's libraries (default: the loader's), whose symbols nothing stubs."""
     system = system_libraries() if system is None else system
-    files = {p.name: p for p in _elf_files(root)}
-    # What loading the install's own modules loads: every library outside NVIDIA's folder (torch's, OEq's, Triton's)
-    # and what they NEED of it, transitively; not NVIDIA's plugins that nothing NEEDS (NVSHMEM's transports, which
-    # need MPI and UCX, are dlopen()ed by choice).
+    files = _elf_files(root)
+    # What loading the install's own modules loads, found as the loader finds it (the importer's RUNPATH): every
+    # library outside NVIDIA's folder (torch's, OEq's, Triton's) and what it NEEDS, transitively; not
+    # NVIDIA's plugins that nothing NEEDS (NVSHMEM's transports, which need MPI and UCX, are dlopen()ed by choice). A
+    # library of the same name elsewhere in the install (Triton's own CUPTI) is not one the loader finds.
     needs: dict[Path, list[str]] = {}
-    todo = [p for p in files.values() if p.relative_to(root).parts[0] != "nvidia"]
+    missing: set[str] = set()
+    todo = [p.resolve() for p in files if p.relative_to(root).parts[0] != "nvidia"]
     while todo:
         p = todo.pop()
-        if p not in needs:
-            needs[p] = _needed(p)
-            todo += [files[n] for n in needs[p] if n in files]
-    missing = {n for needed in needs.values() for n in needed
-               if n not in files and n != DRIVER and (n not in system or NVIDIA.fullmatch(n))}
+        if p in needs:
+            continue
+        needed, folders = _needed(p)
+        needs[p] = needed
+        for n in needed:
+            found = next((d / n for d in folders if (d / n).is_file()), None)
+            if found:
+                todo.append(found.resolve())
+            elif n != DRIVER and NVIDIA.fullmatch(n):
+                missing.add(n)
     if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
         return {}
     symbols = {p: _symbols(p) for p in needs}

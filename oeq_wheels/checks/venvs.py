@@ -179,12 +179,29 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
 
 
 NVIDIA_REQUIREMENT = re.compile(r"(nvidia-|cuda-toolkit\b)", re.I)  # NVIDIA's wheels, and the one that names them
+# Kept: the CUDA libraries FastMACE's runtime looks for before OEq loads (fastmace.kernels._oeq_runtime: cudart,
+# nvrtc, cublas with their headers), by their wheels' names and as cuda-toolkit's extras.
+RUNTIME_WHEEL = re.compile(r"nvidia-(cuda-runtime|cuda-nvrtc|cublas)\b", re.I)
+RUNTIME_EXTRAS = ("cudart", "nvrtc", "cublas")
+TOOLKIT = re.compile(r"cuda-toolkit\[([^\]]*)\]", re.I)
 
 
 def requirements_without_nvidia(metadata: str) -> list[str]:
-    """A distribution's Requires-Dist lines (markers kept, for the installer to judge) but NVIDIA's wheels."""
-    return [line.split(":", 1)[1].strip() for line in metadata.splitlines()
-            if line.startswith("Requires-Dist:") and not NVIDIA_REQUIREMENT.match(line.split(":", 1)[1].strip())]
+    """A distribution's Requires-Dist lines (markers kept, for the installer to judge) without NVIDIA's wheels but
+    those FastMACE's runtime looks for (RUNTIME_WHEEL; cuda-toolkit's extras narrowed to RUNTIME_EXTRAS)."""
+    out = []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = line.split(":", 1)[1].strip()
+        toolkit = TOOLKIT.match(req)
+        if toolkit:
+            kept = [e for e in toolkit.group(1).split(",") if e.strip() in RUNTIME_EXTRAS]
+            if kept:
+                out.append(TOOLKIT.sub(f"cuda-toolkit[{','.join(kept)}]", req, count=1))
+        elif RUNTIME_WHEEL.match(req) or not NVIDIA_REQUIREMENT.match(req):
+            out.append(req)
+    return out
 
 
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
@@ -196,8 +213,10 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
     transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
     torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install).
-    nvidia=False: torch and its other requirements, none of NVIDIA's wheels (~2.6 GB less to fetch and hold), for a
-    check that loads torch's CUDA libraries and calls none of them: loader_stubs stands in for them."""
+    nvidia=False: torch and its other requirements, of NVIDIA's wheels only those FastMACE's runtime looks for
+    (cudart, nvrtc, cuBLAS; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest, about 2 GB,
+    neither fetched nor held), for a check that loads torch's CUDA libraries and calls none of them: loader_stubs
+    stands in for the missing ones."""
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]

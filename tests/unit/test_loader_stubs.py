@@ -17,8 +17,8 @@ def gcc(*args):
 
 @pytest.fixture
 def install(tmp_path):
-    """root/pkg/libimp.so NEEDS libcublasX.so.9 (a versioned function and object) and libloose.so.1 (an unversioned
-    function); neither is in root. root/nvidia/x/libplugin.so NEEDS libmpiX.so.1, which nobody has either."""
+    """root/pkg/libimp.so NEEDS libcublasX.so.9 (a versioned function and object) and libncclX.so.1 (an unversioned
+    function); neither is in root. root/nvidia/x/libplugin.so NEEDS libnvmpiX.so.1, which nobody has either."""
     libs = tmp_path / "real"
     libs.mkdir()
     (libs / "v.map").write_text("libcublasX.so.9 { global: cublasXCreate; cublasXTable; local: *; };\n")
@@ -26,15 +26,16 @@ def install(tmp_path):
     gcc("-Wl,-soname,libcublasX.so.9", f"-Wl,--version-script={libs / 'v.map'}", "-o", libs / "libcublasX.so.9",
         libs / "need.c")
     (libs / "loose.c").write_text("int ncclXInit(void) { return 0; }\n")
-    gcc("-Wl,-soname,libloose.so.1", "-o", libs / "libloose.so.1", libs / "loose.c")
-    (libs / "libmpiX.so.1").write_bytes((libs / "libloose.so.1").read_bytes())
+    gcc("-Wl,-soname,libncclX.so.1", "-o", libs / "libncclX.so.1", libs / "loose.c")
+    (libs / "libnvmpiX.so.1").write_bytes((libs / "libncclX.so.1").read_bytes())
     root = tmp_path / "site"
     (root / "pkg").mkdir(parents=True)
     (libs / "imp.c").write_text("extern int cublasXCreate(void); extern int cublasXTable[4]; extern int ncclXInit(void);\n"
                                 "int imp(void) { return cublasXCreate() + cublasXTable[0] + ncclXInit(); }\n")
-    gcc("-o", root / "pkg" / "libimp.so", libs / "imp.c", f"-L{libs}", "-l:libcublasX.so.9", "-l:libloose.so.1")
+    gcc("-o", root / "pkg" / "libimp.so", libs / "imp.c", f"-L{libs}", "-l:libcublasX.so.9", "-l:libncclX.so.1",
+        "-Wl,-rpath,$ORIGIN/../lib")  # RUNPATH: where the install's own libraries would be
     (root / "nvidia" / "x").mkdir(parents=True)
-    gcc("-o", root / "nvidia" / "x" / "libplugin.so", libs / "imp.c", f"-L{libs}", "-l:libmpiX.so.1",
+    gcc("-o", root / "nvidia" / "x" / "libplugin.so", libs / "imp.c", f"-L{libs}", "-l:libnvmpiX.so.1",
         "-Wl,--unresolved-symbols=ignore-all")
     return root, libs
 
@@ -50,32 +51,52 @@ def test_stubs_define_what_the_install_takes_and_it_loads(install, tmp_path):
     assert loader_stubs.plan(root, Path(sys.executable), system={}) == {
         "libcublasX.so.9": {"cublasXCreate": ("STT_FUNC", "libcublasX.so.9"),
                             "cublasXTable": ("STT_OBJECT", "libcublasX.so.9")},
-        "libloose.so.1": {"ncclXInit": ("STT_FUNC", None)}}  # not libmpiX.so.1: only the plugin needs it
+        "libncclX.so.1": {"ncclXInit": ("STT_FUNC", None)}}  # not libnvmpiX.so.1: only the plugin needs it
     assert load(root, "").returncode != 0  # without them, the install does not load
     made = loader_stubs.make(root, Path(sys.executable), tmp_path / "stubs")
-    assert sorted(p.name for p in made) == ["libcublasX.so.9", "libloose.so.1"]
+    assert sorted(p.name for p in made) == ["libcublasX.so.9", "libncclX.so.1"]
     r = load(root, str(tmp_path / "stubs"))
     assert r.returncode == 0 and r.stdout.strip() == "200", r.stderr  # two stubbed calls answer 100, the object 0
     assert load(root, str(real)).stdout.strip() == "0"  # the real ones, for contrast
 
 
+def test_only_nvidias_libraries_are_stubbed(install, tmp_path):
+    """Another library the install NEEDS and the loader finds elsewhere (Triton's libtriton.so, loaded by path
+    first) must never be shadowed by a stub first on LD_LIBRARY_PATH."""
+    root, real = install
+    (real / "other.c").write_text("int other(void) { return 0; }\n")
+    gcc("-Wl,-soname,libtritonX.so", "-o", real / "libtritonX.so", real / "other.c")
+    (real / "imp2.c").write_text("extern int other(void); int imp2(void) { return other(); }\n")
+    gcc("-o", root / "pkg" / "libimp2.so", real / "imp2.c", f"-L{real}", "-l:libtritonX.so")
+    assert "libtritonX.so" not in loader_stubs.plan(root, Path(sys.executable), system={})
+
+
 def test_an_install_with_its_libraries_gets_no_stub(install):
     root, real = install
     system = {p.name: p for p in real.glob("lib*.so*")}
-    # The system's own libraries serve; NVIDIA's are stubbed even where the system has one (a CUDA toolkit in the
-    # loader's cache), so that every machine loads the same.
-    assert set(loader_stubs.plan(root, Path(sys.executable), system=system)) == {"libcublasX.so.9"}
-    for lib in ("libcublasX.so.9", "libloose.so.1"):  # the install's own, as NVIDIA's wheels bring them
-        (root / "pkg" / lib).write_bytes((real / lib).read_bytes())
+    # NVIDIA's are stubbed even where the system has them (a CUDA toolkit in the loader's cache): every machine the same
+    assert set(loader_stubs.plan(root, Path(sys.executable), system=system)) == {"libcublasX.so.9", "libncclX.so.1"}
+    (root / "elsewhere").mkdir()  # the same names where the loader does not look (Triton's own CUPTI): not found
+    for lib in ("libcublasX.so.9", "libncclX.so.1"):
+        (root / "elsewhere" / lib).write_bytes((real / lib).read_bytes())
+    assert set(loader_stubs.plan(root, Path(sys.executable), system={})) == {"libcublasX.so.9", "libncclX.so.1"}
+    (root / "lib").mkdir()  # the install's own, on the importer's RUNPATH, as NVIDIA's wheels bring them
+    for lib in ("libcublasX.so.9", "libncclX.so.1"):
+        (root / "lib" / lib).write_bytes((real / lib).read_bytes())
     assert loader_stubs.plan(root, Path(sys.executable), system={}) == {}
 
 
-def test_requirements_without_nvidia_keep_the_rest_with_their_markers():
+def test_requirements_without_nvidia_keep_the_rest_and_what_fastmaces_runtime_looks_for():
+    """FastMACE's runtime checks cudart, nvrtc and cuBLAS (with headers) before OEq loads: those wheels stay."""
     from oeq_wheels.checks.venvs import requirements_without_nvidia
-    meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas]==77.0.1; platform_system == "
-            "\"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
+    meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart,cufft,nvrtc]==77.0.1; "
+            "platform_system == \"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
+            "Requires-Dist: nvidia-cuda-runtime-cu12==77.8.90; platform_system == \"Linux\"\n"
+            "Requires-Dist: nvidia-nccl-cu12==77.3; platform_system == \"Linux\"\n"
             "Requires-Dist: cuda-bindings<78,>=77.0.1; platform_system == \"Linux\"\nRequires-Dist: triton~=77.2.0; "
             "platform_system == \"Linux\"\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
-    assert requirements_without_nvidia(meta) == ["filelock", 'cuda-bindings<78,>=77.0.1; platform_system == "Linux"',
-                                                 'triton~=77.2.0; platform_system == "Linux"',
-                                                 'pyyaml; extra == "pyyaml"']
+    assert requirements_without_nvidia(meta) == [
+        "filelock", 'cuda-toolkit[cublas,cudart,nvrtc]==77.0.1; platform_system == "Linux"',
+        'nvidia-cuda-runtime-cu12==77.8.90; platform_system == "Linux"',
+        'cuda-bindings<78,>=77.0.1; platform_system == "Linux"', 'triton~=77.2.0; platform_system == "Linux"',
+        'pyyaml; extra == "pyyaml"']
