@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
@@ -14,11 +15,13 @@ from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 TORCH_CXX = re.compile(r"(?:^_ZN|[0-9])(?:3c10|2at|5torch)")
 
 
-def _elf(data: bytes) -> ELFFile:
-    return ELFFile(io.BytesIO(data))
+def _elf(data) -> ELFFile:
+    """data: a library's bytes (a wheel's member), or the library opened as a binary file (read as needed: libtorch is
+    ~500 MB)."""
+    return ELFFile(data if hasattr(data, "read") else io.BytesIO(data))
 
 
-def elf_facts(data: bytes) -> dict:
+def elf_facts(data) -> dict:
     elf = _elf(data)
     needed, runpath, rpath = [], None, None
     for sec in elf.iter_sections():
@@ -35,32 +38,48 @@ def elf_facts(data: bytes) -> dict:
             "stripped": ".symtab" not in sections and not any(s.startswith(".debug") for s in sections)}
 
 
-def dynamic_symbols(data: bytes, defined: bool) -> set[tuple[str, str | None]]:
-    """(name, version) of the dynamic symbols a library defines (defined=True) or needs."""
+@dataclass(frozen=True)
+class DynamicSymbol:
+    name: str
+    defined: bool
+    type: str             # STT_FUNC, STT_OBJECT, ...
+    weak: bool
+    version: str | None
+    library: str | None   # for a needed symbol with a version: the file that version need names
+
+
+def dynamic_symbol_table(data) -> list[DynamicSymbol]:
+    """Every named dynamic symbol of a library, defined or needed, with its version."""
     elf = _elf(data)
     dynsym = elf.get_section_by_name(".dynsym")
     versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
-    names: dict[int, str] = {}
+    names: dict[int, tuple[str, str | None]] = {}  # version index -> (version, the file a version need names)
     for sec in elf.iter_sections():
         if isinstance(sec, GNUVerNeedSection):
-            for _verneed, auxes in sec.iter_versions():
+            for verneed, auxes in sec.iter_versions():
                 for aux in auxes:
-                    names[aux.entry["vna_other"]] = aux.name
+                    names[aux.entry["vna_other"]] = (aux.name, verneed.name)
         elif sec.name == ".gnu.version_d":
             for verdef, auxes in sec.iter_versions():
                 for aux in auxes:
-                    names.setdefault(verdef.entry["vd_ndx"], aux.name)
+                    names.setdefault(verdef.entry["vd_ndx"], (aux.name, None))
                     break
-    out = set()
-    for i, sym in enumerate(dynsym.iter_symbols()):
-        if not sym.name or (sym["st_shndx"] != "SHN_UNDEF") != defined:
+    out = []
+    for i, sym in enumerate(dynsym.iter_symbols() if dynsym else []):
+        if not sym.name:
             continue
-        ver = None
+        version = library = None
         if versym is not None:
             ndx = versym.get_symbol(i)["ndx"]  # an int, or VER_NDX_LOCAL / VER_NDX_GLOBAL
-            ver = names.get(ndx & 0x7FFF) if isinstance(ndx, int) else None
-        out.add((sym.name, ver))
+            version, library = names.get(ndx & 0x7FFF, (None, None)) if isinstance(ndx, int) else (None, None)
+        out.append(DynamicSymbol(sym.name, sym["st_shndx"] != "SHN_UNDEF", sym["st_info"]["type"],
+                                 sym["st_info"]["bind"] == "STB_WEAK", version, library))
     return out
+
+
+def dynamic_symbols(data, defined: bool) -> set[tuple[str, str | None]]:
+    """(name, version) of the dynamic symbols a library defines (defined=True) or needs."""
+    return {(s.name, s.version) for s in dynamic_symbol_table(data) if s.defined == defined}
 
 
 def glibc_max_symbol(data: bytes) -> str:

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..elf import dynamic_symbol_table, elf_facts
 from ..errors import OeqWheelsError
 
 DRIVER = "libcuda.so.1"  # driver_stub's
@@ -63,43 +64,19 @@ def system_libraries() -> dict[str, Path]:
 
 def _needed(path: Path) -> tuple[list[str], list[Path]]:
     """(NEEDED, the folders its RUNPATH or RPATH names, $ORIGIN expanded)."""
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
     with open(path, "rb") as f:
-        dyn = next((s for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)), None)
-        tags = list(dyn.iter_tags()) if dyn else []
-    needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
-    paths = [d for t in tags if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")
-             for d in (t.runpath if t.entry.d_tag == "DT_RUNPATH" else t.rpath).split(":") if d]
+        facts = elf_facts(f)
     origin = str(path.parent)
-    return needed, [Path(d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)) for d in paths]
+    return facts["needed"], [Path(d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin))
+                             for d in (facts["runpath"] or facts["rpath"] or "").split(":") if d]
 
 
 def _symbols(path: Path) -> tuple[dict, set]:
-    """({symbol: (type, soname or None, version or None)} undefined and not weak, {defined symbols})."""
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+    """({symbol: (type, the file its version names or None, version or None)} needed and not weak, {defined})."""
     with open(path, "rb") as f:
-        elf = ELFFile(f)
-        versions = {}
-        for sec in elf.iter_sections():
-            if isinstance(sec, GNUVerNeedSection):
-                for vn, auxes in sec.iter_versions():
-                    for aux in auxes:
-                        versions[aux.entry["vna_other"]] = (vn.name, aux.name)
-        versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
-        dynsym = elf.get_section_by_name(".dynsym")
-        undefined, defined = {}, set()
-        for i, sym in enumerate(dynsym.iter_symbols() if dynsym else []):
-            if not sym.name:
-                continue
-            if sym["st_shndx"] != "SHN_UNDEF":
-                defined.add(sym.name)
-            elif sym["st_info"]["bind"] != "STB_WEAK":
-                ndx = versym.get_symbol(i)["ndx"] if versym else None
-                soname, version = versions.get(ndx & 0x7FFF, (None, None)) if isinstance(ndx, int) else (None, None)
-                undefined[sym.name] = (sym["st_info"]["type"], soname, version)
-    return undefined, defined
+        table = dynamic_symbol_table(f)
+    return ({s.name: (s.type, s.library, s.version) for s in table if not s.defined and not s.weak},
+            {s.name for s in table if s.defined})
 
 
 def _interpreter_files(interpreter: Path) -> list[str]:
@@ -114,7 +91,6 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -
     """{missing soname: {symbol: (type, version or None)}} for the ELF files under root (a site-packages) run by
     interpreter: what a stub of each NVIDIA library that root's files NEED and the install lacks must define.
     system: the system's libraries (default: the loader's), whose symbols nothing stubs."""
-    system = system_libraries() if system is None else system
     files = _elf_files(root)
     # What loading the install's own modules loads, found as the loader finds it (the importer's RUNPATH): every
     # library outside NVIDIA's folder (torch's, OEq's, Triton's) and what it NEEDS, transitively; not
@@ -137,6 +113,7 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -
                 missing.add(n)
     if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
         return {}
+    system = system_libraries() if system is None else system
     symbols = {p: _symbols(p) for p in needs}
     defined = set().union(*(d for _, d in symbols.values()))
     for lib in {*_interpreter_files(interpreter)} | {str(system[n]) for needed in needs.values() for n in needed
