@@ -228,11 +228,9 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
         py = str(venv / "bin" / "python")
         proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
         index = ["--index-url", index_url] if index_url else []
-        if nvidia:
-            proc.run(uv + ["pip", "install", "-q", "--python", py, f"torch=={torch_version}", *index], check=True, env=env)
-        else:
-            proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", f"torch=={torch_version}", *index],
-                     check=True, env=env)
+        proc.run(uv + ["pip", "install", "-q", "--python", py, *([] if nvidia else ["--no-deps"]),
+                       f"torch=={torch_version}", *index], check=True, env=env)
+        if not nvidia:  # then torch's requirements, but NVIDIA's wheels
             (meta,) = site_packages(venv).glob("torch-*.dist-info/METADATA")
             rest = venv / "torch-requirements-without-nvidia.txt"
             rest.write_text("".join(f"{r}\n" for r in requirements_without_nvidia(meta.read_text())))

@@ -87,11 +87,11 @@ class CompileContext:
 
     def normalized(self, args: list[str]) -> list[str]:
         """Arguments with build-host paths replaced by their neutral names (for the manifest)."""
-        out = []
+        out, mapping = [], longest_first(self.prefix_map)
         for a in args:
             if a.startswith("-ffile-prefix-map="):
                 continue
-            for src, dst in longest_first(self.prefix_map):
+            for src, dst in mapping:
                 a = a.replace(src, dst)
             out.append(a)
         return out
