@@ -10,7 +10,7 @@ PRODUCTS = ("ext", "oeq")
 FOLDERS = (*PRODUCTS, "checks", "release")
 
 
-def imported_products(source: str, package: tuple[str, ...]) -> set[str]:
+def imported_folders(source: str, package: tuple[str, ...]) -> set[str]:
     """The folders of oeq_wheels (FOLDERS) a module of `package` (("oeq_wheels", "oeq")) imports, however it spells
     the import."""
     found = set()
@@ -30,7 +30,7 @@ def imported_products(source: str, package: tuple[str, ...]) -> set[str]:
 def test_no_product_imports_the_others_folder():
     crossing = [f"{m.relative_to(REPO)} imports oeq_wheels/{other}" for product in PRODUCTS
                 for m in (REPO / "oeq_wheels" / product).glob("*.py")
-                for other in imported_products(m.read_text(), ("oeq_wheels", product)) & set(PRODUCTS) - {product}]
+                for other in imported_folders(m.read_text(), ("oeq_wheels", product)) & set(PRODUCTS) - {product}]
     assert not crossing, crossing
 
 
@@ -38,7 +38,7 @@ def test_only_the_verbs_import_the_checks():
     pipeline = [m for m in (REPO / "oeq_wheels").rglob("*.py")
                 if "checks" not in m.relative_to(REPO).parts and m.name != "cli.py" and "__pycache__" not in m.parts]
     leaking = [f"{m.relative_to(REPO)} imports oeq_wheels/checks" for m in pipeline
-               if "checks" in imported_products(m.read_text(), m.relative_to(REPO).parent.parts)]
+               if "checks" in imported_folders(m.read_text(), m.relative_to(REPO).parent.parts)]
     assert not leaking, leaking
 
 
@@ -46,11 +46,11 @@ def test_an_import_across_products_is_seen():
     oeq = ("oeq_wheels", "oeq")
     for text in ("from ..ext import compile as cc\n", "from ..ext.assemble import pack\n",
                  "import oeq_wheels.ext.link\n", "from .. import ext\n", "from oeq_wheels.ext import verify\n"):
-        assert imported_products(text, oeq) == {"ext"}, text
-    assert imported_products("from ..toolchain import Toolchain\nfrom . import wheel\nimport os\n", oeq) == {"oeq"}
+        assert imported_folders(text, oeq) == {"ext"}, text
+    assert imported_folders("from ..toolchain import Toolchain\nfrom . import wheel\nimport os\n", oeq) == {"oeq"}
     release = ("oeq_wheels", "release")
     for text in ("from ..checks import hosts\n", "from ..checks.venvs import pip_env\n", "import oeq_wheels.checks\n"):
-        assert imported_products(text, release) == {"checks"}, text
+        assert imported_folders(text, release) == {"checks"}, text
 
 
 def own_imports(path, package: tuple[str, ...]):
