@@ -344,6 +344,25 @@ def _unit_tier_offline(request, monkeypatch):
     yield
 
 
+_MIRROR: list = []  # the run's PyPI mirror, in the process that started it
+
+
+def pytest_configure(config):
+    """One kept mirror of PyPI for the run's installs (oeq_wheels.checks.pypi_mirror): started by the process that
+    starts the workers, which inherit its URL; OEQ_WHEELS_PYPI_MIRROR=off (or a URL) leaves it out."""
+    from oeq_wheels.checks import pypi_mirror
+    if hasattr(config, "workerinput") or os.environ.get(pypi_mirror.ENV):
+        return
+    serving = pypi_mirror.serving(default_cache() / "pypi-mirror")
+    _MIRROR.append(serving.__enter__())
+    os.environ[pypi_mirror.ENV] = _MIRROR[0].index
+
+    def stop():
+        os.environ.pop(pypi_mirror.ENV, None)
+        serving.__exit__(None, None, None)
+    config.add_cleanup(stop)
+
+
 def pytest_collection_modifyitems(config, items):
     wrong = tier_violations(items)
     if wrong:
@@ -407,6 +426,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _MIRROR and (_MIRROR[0].fetched or _MIRROR[0].from_store):
+        m = _MIRROR[0]
+        terminalreporter.write_line(f"PyPI through the kept mirror ({m.store}): {m.fetched / 1e9:.2f} GB of files "
+                                    f"fetched from PyPI, {m.from_store / 1e9:.2f} GB served from the store")
     if not _RESULTS or not _reports(config):
         return
     lines, judged = _claims_table()

@@ -121,6 +121,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
     # No configured indexes or caps: the steps are FastMACE's README's, with exactly the indexes named here.
     env = {k: v for k, v in venvs.pip_env().items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")
            and not k.startswith(("UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"))}
+    env.update(venvs.index_env())  # PyPI, as the tests reach it (their kept mirror of it, where they run one)
     env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", CXX=str(sbin / "g++"),
                FASTMACE_OEQ_PREBUILT="1", FASTMACE_CACHE=str(work / "fastmace-cache"),
                TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"))
@@ -135,7 +136,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
             say(f"{pins.fastmace_install_lines()[0]}  (as {torch}, from {served})")
             # PyPI spelled as uv spells its default (no trailing slash): any other spelling is another index to
             # uv's cache, which would then hold torch's NVIDIA wheels a second time (~4 GB).
-            _run(install + [torch, "--index-url", served, "--extra-index-url", venvs.UV_PYPI,
+            _run(install + [torch, "--index-url", served, "--extra-index-url", venvs.pypi_index(),
                             "--index-strategy", "unsafe-best-match"], env)
         say(pins.fastmace_install_lines()[1])
         _run(install + [f"cuequivariance-ops-torch-cu{pins.oeq_binary.cuda_major}"], env)

@@ -191,7 +191,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     # In a Debian root, its own PATH: this host's CPythons (bound in with its folders) are not that system's.
     path = "/usr/local/bin:/usr/bin:/bin" if case.rooted else env["PATH"]
-    env.update(PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1", TORCH_EXTENSIONS_DIR=str(work / "ext"))
+    env.update(venvs.index_env(), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
+               TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})
     try:
         cmd, runner, site = _install_command(case, pins, args, base_python, work, env)

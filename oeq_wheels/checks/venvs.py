@@ -13,6 +13,7 @@ from ..inputs import fetch, pythons
 from ..files import locked, sha256_file
 from ..oeq import wheel as oeqpy
 from ..pins import Pins
+from . import pypi_mirror
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
@@ -21,12 +22,29 @@ CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 UV_PYPI = "https://pypi.org/simple"
 
 
+def pypi_index() -> str:
+    """PyPI as the tests' installs reach it: the session's kept mirror of it (pypi_mirror), else PyPI as uv spells
+    it. Every install names it the same way, so that uv's cache holds each wheel once."""
+    return pypi_mirror.url() or UV_PYPI
+
+
+def index_env() -> dict:
+    """pip's and uv's index where the session has a mirror of PyPI (nothing otherwise). uv's as UV_INDEX_URL, which
+    an --index-url or UV_DEFAULT_INDEX given to uv overrides (UV_DEFAULT_INDEX would override the command line's
+    --index-url). The timeouts are for a request that waits while another fetches the same 900 MB wheel."""
+    mirror = pypi_mirror.url()
+    return dict(PIP_INDEX_URL=mirror, PIP_DEFAULT_TIMEOUT="600", UV_INDEX_URL=mirror,
+                UV_HTTP_TIMEOUT="600") if mirror else {}
+
+
 def pip_env(base: dict | None = None) -> dict:
     """An environment for pip as a new user's: without this machine's pip configuration (caps, indexes,
-    find-links) and with nothing cached, from `base` (default: this process's). pip's cache would keep torch's
-    wheels (~3 GB per architecture) beside every install of them; uv's cache is the one the venvs share."""
+    find-links) and with nothing cached, from `base` (default: this process's); PyPI is the session's mirror where
+    it has one (index_env). pip's cache would keep torch's wheels (~3 GB per architecture) beside every install of
+    them; the mirror's store is the one copy of what PyPI sent, and uv's cache the one the venvs share."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    env.update(index_env())
     return env
 
 
@@ -95,7 +113,7 @@ def overlay(base: Path, dest: Path) -> Path:
 def _uv_env(cache: Path | None = None) -> dict:
     """uv as a new user's (no configuration, no UV_ variables of this process), with its own cache where given."""
     env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
-    env["UV_NO_CONFIG"] = "1"
+    env.update(index_env(), UV_NO_CONFIG="1")
     if cache:
         env["UV_CACHE_DIR"] = str(cache)
     return env

@@ -30,14 +30,18 @@ def test_plain_uv_install_needs_no_compiler_and_the_mix_is_refused(cp311_wheel, 
 
 @pytest.mark.parametrize("python, installer", [("3.14", "uv"), ("3.15", "pip")])
 def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any_compiler(abi3_oeq_wheel, python,
-                                                                                          installer, capsys):
+                                                                                          installer, capsys,
+                                                                                          tmp_path):
     """CPythons no build here has (Debian testing's 3.14 and 3.15, in a root of their own through bubblewrap):
     a plain pip or uv install of PyPI's newest tested torch and openequivariance from the served cu130 index, every
     compiler a sentinel before it, takes our cp312-abi3 wheel; OEq loads oeq_stable_cuda.abi3.so with its
     operators; nothing is built. `make install-matrix` also runs the matrix's torch on 3.14 and each with both installers."""
     newest = P.load().oeq_line("cu130").tested_torch[-1]
+    # uv's cache of this install is the test's own: the stack (~5 GB unpacked) is no other test's, and the session's
+    # mirror of PyPI keeps what it fetched.
     assert installmatrix.run(abi3_oeq_wheel.parent.with_name("dist"), [newest], [installer], "3.11",
-                             arches=["x86_64"], emulated_pythons=[python], plain=False) == 0
+                             arches=["x86_64"], emulated_pythons=[python], plain=False,
+                             uv_cache=tmp_path / "uv-cache") == 0
     table = capsys.readouterr().out
     assert f"{newest}  cu130 py{python} (Debian forky)  {installer}" in table and \
         "OEq precompiled (our oeq_stable_cuda.abi3.so)" in table and "PASS" in table

@@ -1,0 +1,226 @@
+"""PyPI for the tests' installs, kept: a read-through mirror of PyPI's simple index on loopback over a
+content-addressed store (<cache>/pypi-mirror/<sha256>/<file name>).
+
+A test suite that installs real torch stacks with pip and uv as a user would fetched them again on every run (24 GB
+on a second `make test`), and fetched the same stack again for each installer and test within one run. Through
+this mirror each file comes from PyPI once: a page is PyPI's own, read live (its files, hashes, markers, yanks and
+core metadata as PyPI lists them); each file it lists is served from the store, or fetched, checked against the
+sha256 PyPI lists and kept. Installers verify the same hashes again. Nothing half-fetched is ever kept.
+
+Hand-rolled in the standard library (~150 lines) because what exists does more and less: devpi-server brings a
+database and its own index semantics; proxpi keys its cache by URL with expiry rather than by content.
+
+The pytest session starts one (tests/conftest.py) and names it in OEQ_WHEELS_PYPI_MIRROR; venvs.pip_env() then
+points pip (PIP_INDEX_URL) and uv (UV_INDEX_URL) at it. OEQ_WHEELS_PYPI_MIRROR=off installs from PyPI directly.
+The port is stable per store (hosts.stable_port): uv keys its cache by the index's URL, port included.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..files import locked, sweep_stale, temp_prefix
+from . import hosts
+
+PYPI = "https://pypi.org/simple/"
+JSON = "application/vnd.pypi.simple.v1+json"
+ENV = "OEQ_WHEELS_PYPI_MIRROR"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def url() -> str | None:
+    """The running session's mirror (its simple index URL), or None where installs go to PyPI directly."""
+    value = os.environ.get(ENV, "")
+    return value if value.startswith("http") else None
+
+
+class Mirror:
+    def __init__(self, store: Path, upstream: str = PYPI):
+        self.store, self.upstream = store, upstream.rstrip("/") + "/"
+        self.sources: dict[tuple[str, str], str] = {}  # (sha256, file name) -> PyPI's URL of it, from pages read
+        self.metadata: dict[tuple[str, str], str] = {}  # (a wheel's sha256, its name) -> its core metadata's sha256
+        self.pages: dict[str, bytes] = {}               # project -> its page as served, for this server's life
+        self.fetched = self.from_store = 0              # bytes of files: from PyPI, and from the store
+        self.index = ""
+        self.lock = threading.Lock()
+
+    def path(self, sha256: str, name: str) -> Path:
+        return self.store / sha256 / name
+
+    def page(self, project: str, base: str) -> bytes | None:
+        """PyPI's page of `project` with each file's URL on this mirror; None where PyPI has no such project."""
+        with self.lock:
+            if project in self.pages:
+                return self.pages[project]
+        req = urllib.request.Request(self.upstream + project + "/", headers={"Accept": JSON})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                data = json.load(r)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        sources, metadata = {}, {}
+        for f in data.get("files", []):
+            sha, name = f.get("hashes", {}).get("sha256", ""), f["filename"]
+            if not SHA256.fullmatch(sha) or "/" in name:
+                continue  # left as PyPI lists it: an installer that picks it fetches and checks it itself
+            source = urllib.parse.urljoin(self.upstream + project + "/", f["url"])
+            sources[(sha, name)] = source
+            meta = f.get("core-metadata") or f.get("dist-info-metadata")
+            if isinstance(meta, dict) and SHA256.fullmatch(meta.get("sha256", "")):
+                sources[(meta["sha256"], name + ".metadata")] = source + ".metadata"
+                metadata[(sha, name)] = meta["sha256"]
+            f["url"] = f"{base}files/{sha}/{name}"
+        body = json.dumps(data).encode()
+        with self.lock:
+            self.sources.update(sources)
+            self.metadata.update(metadata)
+            self.pages[project] = body
+        return body
+
+
+def _send_file(handler, mirror: Mirror, path: Path) -> None:
+    size = path.stat().st_size
+    with mirror.lock:  # counted before it is sent: a client may read it all before this thread runs on
+        mirror.from_store += size
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.send_header("Content-Length", str(size))
+    handler.end_headers()
+    with open(path, "rb") as f, contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        shutil.copyfileobj(f, handler.wfile, 1 << 20)
+
+
+def _fetch_and_send(handler, mirror: Mirror, sha256: str, path: Path, source: str) -> None:
+    """PyPI's file to the client and into the store at once; kept only whole and of the listed sha256. A client
+    that goes away does not stop the fetch: the next one finds the file kept."""
+    tmp = path.with_name(temp_prefix(path.name) + "part")
+    digest, sent = hashlib.sha256(), True
+    try:
+        r = urllib.request.urlopen(source, timeout=300)
+    except (urllib.error.URLError, OSError) as exc:
+        handler.log_error("%s: %s", source, exc)
+        return handler.send_error(502, f"PyPI: {exc}")
+    with r, open(tmp, "wb") as out:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/octet-stream")
+        if r.headers.get("Content-Length"):
+            handler.send_header("Content-Length", r.headers["Content-Length"])
+        else:
+            handler.close_connection = True
+        handler.end_headers()
+        for chunk in iter(lambda: r.read(1 << 20), b""):
+            digest.update(chunk)
+            out.write(chunk)
+            with mirror.lock:
+                mirror.fetched += len(chunk)
+            if sent:
+                try:
+                    handler.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    sent = False
+    if digest.hexdigest() != sha256:
+        tmp.unlink()
+        handler.log_error("%s: sha256 %s, not the %s PyPI lists; not kept", source, digest.hexdigest(), sha256)
+        handler.close_connection = True
+        return
+    os.replace(tmp, path)
+
+
+def _handler(mirror: Mirror):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def log_error(self, fmt, *args):
+            print("pypi-mirror: " + fmt % args, flush=True)
+
+        def _missing(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _file(self) -> tuple[str, str, Path, str | None] | None:
+            """(sha256, file name, its place in the store, PyPI's URL of it) of a file request, or None where this
+            session's pages never listed it and the store lacks it."""
+            m = re.fullmatch(r"/files/([0-9a-f]{64})/([^/]+)", self.path)
+            if not m:
+                return None
+            sha, name = m.groups()
+            with mirror.lock:
+                if name.endswith(".metadata"):  # listed under the wheel's sha256; kept under its own
+                    sha = mirror.metadata.get((sha, name.removesuffix(".metadata")), "")
+                source = mirror.sources.get((sha, name))
+            path = mirror.path(sha, name) if sha else None
+            return (sha, name, path, source) if path and (path.is_file() or source) else None
+
+        def do_HEAD(self):
+            """uv asks before it fetches. No ranges are offered: an installer then fetches a file whole (PyPI's core
+            metadata, where it lists it, spares the fetch of a wheel only read for its requirements)."""
+            found = self._file()
+            if not found:
+                return self._missing()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            if found[2].is_file():
+                self.send_header("Content-Length", str(found[2].stat().st_size))
+            else:
+                self.close_connection = True
+            self.end_headers()
+
+        def do_GET(self):
+            m = re.fullmatch(r"/simple/([A-Za-z0-9._-]+)/?", self.path)
+            if m:
+                base = f"http://{self.headers.get('Host') or '127.0.0.1'}/"
+                body = mirror.page(re.sub(r"[-_.]+", "-", m.group(1)).lower(), base)
+                if body is None:
+                    return self._missing()
+                self.send_response(200)
+                self.send_header("Content-Type", JSON)
+                self.send_header("Cache-Control", "no-cache")  # uv asks again each run, and gets this run's page
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                return self.wfile.write(body)
+            found = self._file()
+            if not found:
+                return self._missing()
+            sha, name, path, source = found
+            with locked(path):  # one fetch of a file: a second request for it waits, then reads the store
+                if not path.is_file():
+                    return _fetch_and_send(self, mirror, sha, path, source)
+            _send_file(self, mirror, path)
+    return Handler
+
+
+@contextlib.contextmanager
+def serving(store: Path, upstream: str = PYPI):
+    """A mirror of `upstream` over `store` on loopback, on the store's stable port where free (else any); yields
+    the Mirror, whose .index is its simple index URL."""
+    store.mkdir(parents=True, exist_ok=True)
+    sweep_stale(*(d for d in store.iterdir() if d.is_dir()))  # a killed run's half-fetched files
+    mirror = Mirror(store, upstream)
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", hosts.stable_port(str(store.resolve()))), _handler(mirror))
+    except OSError:  # taken (another session on this store): uv then keeps this session's installs apart
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(mirror))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mirror.index = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    try:
+        yield mirror
+    finally:
+        server.shutdown()
+        server.server_close()

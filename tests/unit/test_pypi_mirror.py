@@ -1,0 +1,104 @@
+"""The kept mirror of PyPI the suite's installs go through (oeq_wheels/checks/pypi_mirror.py), over a loopback
+registry (tests/fake_registry.py) that counts what it sends: each file comes from the registry once, is kept only
+whole and of the sha256 the page lists, and real pip and uv install through it."""
+import hashlib
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from fake_registry import Registry, wheel_bytes
+from oeq_wheels.checks import pypi_mirror, venvs
+
+JSON = {"Accept": pypi_mirror.JSON}
+
+
+def _wheel(name: str, version: str) -> tuple[str, bytes, bytes]:
+    dist = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    body = wheel_bytes({f"{name}/__init__.py": b"X = 1\n", f"{dist}/METADATA": meta,
+                        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+                        f"{dist}/RECORD": b""})
+    return f"{name}-{version}-py3-none-any.whl", body, meta
+
+
+def _registry() -> Registry:
+    reg = Registry()
+    filename, body, meta = _wheel("tiny", "77.1")
+    reg.add("tiny", filename, body)
+    reg.bodies[filename + ".metadata"] = meta  # PEP 658: the core metadata beside the wheel
+    reg.files["tiny"][0]["core-metadata"] = {"sha256": hashlib.sha256(meta).hexdigest()}
+    reg.add("liar", "liar-77.1-py3-none-any.whl", b"not these bytes", sha256="0" * 64)
+    return reg
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=JSON), timeout=30) as r:
+        return r.read()
+
+
+def test_each_file_comes_from_pypi_once_then_from_the_store(tmp_path):
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        page = json.loads(_get(m.index + "tiny/"))
+        (entry,) = page["files"]
+        assert entry["url"].startswith(m.index.removesuffix("simple/") + "files/")
+        assert entry["hashes"] == reg.files["tiny"][0]["hashes"]  # PyPI's page, its hashes unchanged
+        first, second = _get(entry["url"]), _get(entry["url"])
+        assert first == second == reg.bodies[entry["filename"]]
+        assert reg.sent[entry["filename"]] == len(first)  # the registry sent it once
+        assert m.fetched == len(first) and m.from_store == len(first)
+        kept = tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]
+        assert kept.read_bytes() == first
+    # A later session reads the store without the registry sending the file again.
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        assert _get(entry["url"]) == first and m.fetched == 0
+        assert reg.sent[entry["filename"]] == len(first)
+
+
+def test_a_file_not_of_its_listed_sha256_is_never_kept(tmp_path):
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        (entry,) = json.loads(_get(m.index + "liar/"))["files"]
+        try:
+            _get(entry["url"])
+        except (urllib.error.URLError, ConnectionError):
+            pass  # the client may or may not see the bytes; installers check the hash themselves
+    assert not [p for p in (tmp_path / "store").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+def test_unknown_projects_and_files_are_404(tmp_path):
+    with Registry().serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        for url in (m.index + "nothing-here/", m.index.removesuffix("simple/") + "files/" + "a" * 64 + "/x.whl"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                _get(url)
+            assert e.value.code == 404
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_pip_and_uv_install_through_it_as_from_pypi(tmp_path, installer, monkeypatch):
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        monkeypatch.setenv(pypi_mirror.ENV, m.index)  # the index the suite's installers are given (venvs.pip_env)
+        target = tmp_path / "target"
+        env = dict(venvs.pip_env(), UV_NO_CONFIG="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+        cmd = [sys.executable, "-m", installer] + (["pip"] if installer == "uv" else []) + \
+            ["install", "-q", "--target", str(target), "tiny==77.1"] + \
+            (["--python", sys.executable] if installer == "uv" else [])
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert (target / "tiny" / "__init__.py").read_text() == "X = 1\n"
+        assert m.fetched > 0
+
+
+def test_the_suites_installers_are_pointed_at_it_or_at_pypi(monkeypatch):
+    monkeypatch.setenv(pypi_mirror.ENV, "http://127.0.0.1:20001/simple/")
+    env = venvs.pip_env()
+    assert env["PIP_INDEX_URL"] == env["UV_INDEX_URL"] == venvs.pypi_index() == "http://127.0.0.1:20001/simple/"
+    monkeypatch.setenv(pypi_mirror.ENV, "off")
+    env = venvs.pip_env()
+    assert "PIP_INDEX_URL" not in env and "UV_INDEX_URL" not in env and venvs.pypi_index() == venvs.UV_PYPI
