@@ -1,5 +1,6 @@
 """PyPI for the tests' installs, kept: a read-through mirror of PyPI's simple index on loopback over a
-content-addressed store (<cache>/pypi-mirror/<sha256>/<file name>).
+content-addressed store (<cache>/pypi-mirror/<sha256>/<file name>), which keeps what the runs of the last 30 days
+used.
 
 A test suite that installs real torch stacks with pip and uv as a user would fetched them again on every run (24 GB
 on a second `make test`), and fetched the same stack again for each installer and test within one run. Through
@@ -36,6 +37,7 @@ PYPI = "https://pypi.org/simple/"
 JSON = "application/vnd.pypi.simple.v1+json"
 ENV = "OEQ_WHEELS_PYPI_MIRROR"
 SHA256 = re.compile(r"[0-9a-f]{64}")
+KEEP_DAYS = 30  # a file no session served for this long is removed when the next one starts
 
 
 def url() -> str | None:
@@ -90,7 +92,20 @@ class Mirror:
         return body
 
 
+def prune(store: Path, days: int = KEEP_DAYS) -> int:
+    """Remove what no session has served for `days` (a torch the pins left): the store keeps what runs use."""
+    import time
+    cutoff, removed = time.time() - days * 86400, 0
+    for d in store.iterdir():
+        files = [f for f in d.iterdir() if not f.name.endswith(".lock")] if d.is_dir() else []
+        if files and all(f.stat().st_mtime < cutoff for f in files):
+            shutil.rmtree(d, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def _send_file(handler, mirror: Mirror, path: Path) -> None:
+    os.utime(path)  # served now: kept (prune)
     size = path.stat().st_size
     with mirror.lock:  # counted before it is sent: a client may read it all before this thread runs on
         mirror.from_store += size
@@ -211,6 +226,7 @@ def serving(store: Path, upstream: str = PYPI):
     the Mirror, whose .index is its simple index URL."""
     store.mkdir(parents=True, exist_ok=True)
     sweep_stale(*(d for d in store.iterdir() if d.is_dir()))  # a killed run's half-fetched files
+    prune(store)
     mirror = Mirror(store, upstream)
     try:
         server = ThreadingHTTPServer(("127.0.0.1", hosts.stable_port(str(store.resolve()))), _handler(mirror))

@@ -54,14 +54,17 @@ def site_packages(venv: Path) -> Path:
 
 
 def _contents(venv: Path) -> str:
-    """What a cached venv holds: its distributions (name-version), one per line."""
-    return "".join(f"{d.name}\n" for d in sorted(site_packages(venv).glob("*.dist-info")))
+    """What a cached venv holds: the index its wheels came through (uv's cache keeps them under that index's URL:
+    one made through another spelling of PyPI would have its stack stored twice), then its distributions
+    (name-version), one per line."""
+    return f"index {pypi_index()}\n" + "".join(f"{d.name}\n" for d in sorted(site_packages(venv).glob("*.dist-info")))
 
 
 def _ready(venv: Path) -> bool:
-    """A cached venv is reused only as it was made: .complete records its distributions, and a venv someone
-    installed into or removed from since is made again (tests install into overlays, never into these); so is one
-    whose interpreter is gone (the CPython it was made from removed or moved)."""
+    """A cached venv is reused only as it was made: .complete records its index and distributions, and a venv
+    someone installed into or removed from since (tests install into overlays, never into these), or one made through
+    another index, is made again; so is one whose interpreter is gone (the CPython it was made from removed or
+    moved)."""
     done = venv / ".complete"
     return done.is_file() and (venv / "bin" / "python").exists() and done.read_text() == _contents(venv)
 

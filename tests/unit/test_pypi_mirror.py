@@ -102,3 +102,21 @@ def test_the_suites_installers_are_pointed_at_it_or_at_pypi(monkeypatch):
     monkeypatch.setenv(pypi_mirror.ENV, "off")
     env = venvs.pip_env()
     assert "PIP_INDEX_URL" not in env and "UV_INDEX_URL" not in env and venvs.pypi_index() == venvs.UV_PYPI
+
+
+def test_what_no_run_served_for_thirty_days_is_removed_and_what_one_served_is_kept(tmp_path):
+    import os
+    import time
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        _get(entry["url"])
+    kept = tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]
+    old = time.time() - (pypi_mirror.KEEP_DAYS + 1) * 86400
+    os.utime(kept, (old, old))
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        assert not kept.exists()  # removed when the session started
+        _get(m.index + "tiny/")
+        _get(entry["url"])        # fetched again, and served now
+    assert kept.exists() and kept.stat().st_mtime > time.time() - 60
+    assert pypi_mirror.prune(tmp_path / "store") == 0

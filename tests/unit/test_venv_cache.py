@@ -29,3 +29,16 @@ def test_a_venv_installed_into_since_is_made_again(tmp_path):
     venv = fake_venv(tmp_path / "venv", interpreter)
     (venv / "lib" / "python3.11" / "site-packages" / "extra-2.0.dist-info").mkdir()
     assert not venvs._ready(venv)
+
+
+def test_a_venv_made_through_another_index_is_made_again(tmp_path, monkeypatch):
+    """uv keeps a wheel under the URL of the index it came through: a venv made from PyPI directly, then used beside
+    installs through the session's mirror of PyPI, would leave its stack in uv's cache twice."""
+    from oeq_wheels.checks import pypi_mirror
+    interpreter = tmp_path / "python3.11"
+    interpreter.write_text("")
+    monkeypatch.setenv(pypi_mirror.ENV, "off")
+    venv = fake_venv(tmp_path / "venv", interpreter)
+    assert venvs._ready(venv)
+    monkeypatch.setenv(pypi_mirror.ENV, "http://127.0.0.1:20001/simple/")
+    assert not venvs._ready(venv)
