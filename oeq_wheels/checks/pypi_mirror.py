@@ -38,6 +38,9 @@ JSON = "application/vnd.pypi.simple.v1+json"
 ENV = "OEQ_WHEELS_PYPI_MIRROR"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 KEEP_DAYS = 30  # a file no session served for this long is removed when the next one starts
+# As PyPI sends its files: named by content, they never change. Without it uv revalidates its cached copy of each
+# wheel at every install, and fetches it again from the store (46 GB served in a run).
+IMMUTABLE = "max-age=365000000, immutable, public"
 
 
 def url() -> str | None:
@@ -51,6 +54,7 @@ class Mirror:
         self.store, self.upstream = store, upstream.rstrip("/") + "/"
         self.sources: dict[tuple[str, str], str] = {}  # (sha256, file name) -> PyPI's URL of it, from pages read
         self.metadata: dict[tuple[str, str], str] = {}  # (a wheel's sha256, its name) -> its core metadata's sha256
+        self.sizes: dict[tuple[str, str], int] = {}     # (sha256, file name) -> its size as the page lists it
         self.pages: dict[str, bytes] = {}               # project -> its page as served, for this server's life
         self.fetched = self.from_store = 0              # bytes of files: from PyPI, and from the store
         self.index = ""
@@ -72,13 +76,15 @@ class Mirror:
             if exc.code == 404:
                 return None
             raise
-        sources, metadata = {}, {}
+        sources, metadata, sizes = {}, {}, {}
         for f in data.get("files", []):
             sha, name = f.get("hashes", {}).get("sha256", ""), f["filename"]
             if not SHA256.fullmatch(sha) or "/" in name:
                 continue  # left as PyPI lists it: an installer that picks it fetches and checks it itself
             source = urllib.parse.urljoin(self.upstream + project + "/", f["url"])
             sources[(sha, name)] = source
+            if isinstance(f.get("size"), int):
+                sizes[(sha, name)] = f["size"]
             meta = f.get("core-metadata") or f.get("dist-info-metadata")
             if isinstance(meta, dict) and SHA256.fullmatch(meta.get("sha256", "")):
                 sources[(meta["sha256"], name + ".metadata")] = source + ".metadata"
@@ -88,6 +94,7 @@ class Mirror:
         with self.lock:
             self.sources.update(sources)
             self.metadata.update(metadata)
+            self.sizes.update(sizes)
             self.pages[project] = body
         return body
 
@@ -104,37 +111,65 @@ def prune(store: Path, days: int = KEEP_DAYS) -> int:
     return removed
 
 
+def _range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The one byte range (first, last) a Range header asks for, or None for the whole file. uv reads a wheel's
+    requirements this way (its central directory and METADATA) where the index offers ranges."""
+    m = re.fullmatch(r"bytes=(\d*)-(\d*)", (header or "").strip())
+    if not m or not (m.group(1) or m.group(2)):
+        return None
+    if not m.group(1):  # the last N bytes
+        return max(0, size - int(m.group(2))), size - 1
+    return int(m.group(1)), min(size - 1, int(m.group(2))) if m.group(2) else size - 1
+
+
 def _send_file(handler, mirror: Mirror, path: Path) -> None:
     os.utime(path)  # served now: kept (prune)
     size = path.stat().st_size
+    ranged = _range(handler.headers.get("Range"), size)
+    first, last = ranged or (0, size - 1)
     with mirror.lock:  # counted before it is sent: a client may read it all before this thread runs on
-        mirror.from_store += size
-    handler.send_response(200)
+        mirror.from_store += last - first + 1
+    handler.send_response(206 if ranged else 200)  # 206 for any range asked, the whole file's too (uv wants it)
     handler.send_header("Content-Type", "application/octet-stream")
-    handler.send_header("Content-Length", str(size))
+    handler.send_header("Cache-Control", IMMUTABLE)
+    handler.send_header("Accept-Ranges", "bytes")
+    if ranged:
+        handler.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+    handler.send_header("Content-Length", str(last - first + 1))
     handler.end_headers()
     with open(path, "rb") as f, contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        shutil.copyfileobj(f, handler.wfile, 1 << 20)
+        f.seek(first)
+        left = last - first + 1
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            handler.wfile.write(chunk)
+            left -= len(chunk)
 
 
-def _fetch_and_send(handler, mirror: Mirror, sha256: str, path: Path, source: str) -> None:
-    """PyPI's file to the client and into the store at once; kept only whole and of the listed sha256. A client
-    that goes away does not stop the fetch: the next one finds the file kept."""
+def _fetch_and_send(handler, mirror: Mirror, sha256: str, path: Path, source: str, send: bool = True) -> None:
+    """PyPI's file to the client (unless not `send`: the caller then answers from the store) and into the store at
+    once; kept only whole and of the listed sha256. A client that goes away does not stop the fetch: the next one
+    finds the file kept."""
     tmp = path.with_name(temp_prefix(path.name) + "part")
-    digest, sent = hashlib.sha256(), True
+    digest, sent = hashlib.sha256(), send
     try:
         r = urllib.request.urlopen(source, timeout=300)
     except (urllib.error.URLError, OSError) as exc:
         handler.log_error("%s: %s", source, exc)
         return handler.send_error(502, f"PyPI: {exc}")
     with r, open(tmp, "wb") as out:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/octet-stream")
-        if r.headers.get("Content-Length"):
-            handler.send_header("Content-Length", r.headers["Content-Length"])
-        else:
-            handler.close_connection = True
-        handler.end_headers()
+        if send:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/octet-stream")
+            handler.send_header("Cache-Control", IMMUTABLE)
+            handler.send_header("Accept-Ranges", "bytes")
+            if r.headers.get("Content-Length"):
+                handler.send_header("Content-Length", r.headers["Content-Length"])
+            else:
+                handler.close_connection = True
+            handler.end_headers()
         for chunk in iter(lambda: r.read(1 << 20), b""):
             digest.update(chunk)
             out.write(chunk)
@@ -148,7 +183,10 @@ def _fetch_and_send(handler, mirror: Mirror, sha256: str, path: Path, source: st
     if digest.hexdigest() != sha256:
         tmp.unlink()
         handler.log_error("%s: sha256 %s, not the %s PyPI lists; not kept", source, digest.hexdigest(), sha256)
-        handler.close_connection = True
+        if send:
+            handler.close_connection = True
+        else:
+            handler.send_error(502, "PyPI sent other bytes than its page lists")
         return
     os.replace(tmp, path)
 
@@ -183,15 +221,19 @@ def _handler(mirror: Mirror):
             return (sha, name, path, source) if path and (path.is_file() or source) else None
 
         def do_HEAD(self):
-            """uv asks before it fetches. No ranges are offered: an installer then fetches a file whole (PyPI's core
-            metadata, where it lists it, spares the fetch of a wheel only read for its requirements)."""
+            """uv asks before it fetches, whether ranges are offered: with them it reads a wheel's requirements from
+            a few ranges rather than fetching it whole twice (once to resolve, once to install)."""
             found = self._file()
             if not found:
                 return self._missing()
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
-            if found[2].is_file():
-                self.send_header("Content-Length", str(found[2].stat().st_size))
+            self.send_header("Cache-Control", IMMUTABLE)
+            self.send_header("Accept-Ranges", "bytes")
+            with mirror.lock:
+                size = found[2].stat().st_size if found[2].is_file() else mirror.sizes.get(found[:2])
+            if size is not None:
+                self.send_header("Content-Length", str(size))
             else:
                 self.close_connection = True
             self.end_headers()
@@ -213,9 +255,12 @@ def _handler(mirror: Mirror):
             if not found:
                 return self._missing()
             sha, name, path, source = found
+            ranged = _range(self.headers.get("Range"), 1 << 62) is not None
             with locked(path):  # one fetch of a file: a second request for it waits, then reads the store
                 if not path.is_file():
-                    return _fetch_and_send(self, mirror, sha, path, source)
+                    _fetch_and_send(self, mirror, sha, path, source, send=not ranged)
+                    if not ranged or not path.is_file():
+                        return
             _send_file(self, mirror, path)
     return Handler
 

@@ -120,3 +120,40 @@ def test_what_no_run_served_for_thirty_days_is_removed_and_what_one_served_is_ke
         _get(entry["url"])        # fetched again, and served now
     assert kept.exists() and kept.stat().st_mtime > time.time() - 60
     assert pypi_mirror.prune(tmp_path / "store") == 0
+
+
+def test_uv_keeps_what_it_took_from_it_as_it_keeps_pypis(tmp_path, monkeypatch):
+    """A second uv install of the same wheel with the same cache asks for its page and takes no file: the mirror sends
+    files as PyPI does (immutable), so uv does not revalidate its copy and fetch it again."""
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        monkeypatch.setenv(pypi_mirror.ENV, m.index)
+        env = dict(venvs.pip_env(), UV_NO_CONFIG="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+        for target in ("one", "two"):
+            r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", sys.executable,
+                                "--target", str(tmp_path / target), "tiny==77.1"], env=env, capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stderr
+            if target == "one":
+                taken = m.fetched + m.from_store
+        assert taken > 0 and m.fetched + m.from_store == taken
+        assert (tmp_path / "two" / "tiny" / "__init__.py").is_file()
+
+
+def test_ranges_are_answered_from_the_store_and_a_first_one_keeps_the_whole_file(tmp_path):
+    """uv reads a wheel's requirements by ranges where the index offers them (HEAD says so); otherwise it fetches
+    each wheel whole twice. A range of a file not yet kept fetches it whole into the store first."""
+    reg = _registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        body = reg.bodies[entry["filename"]]
+        head = urllib.request.urlopen(urllib.request.Request(entry["url"], method="HEAD"), timeout=30)
+        assert head.headers["Accept-Ranges"] == "bytes" and int(head.headers["Content-Length"]) == len(body)
+        for asked, want in (("bytes=10-19", body[10:20]), ("bytes=-7", body[-7:]), ("bytes=5-", body[5:]),
+                            (f"bytes=0-{len(body) - 1}", body)):
+            with urllib.request.urlopen(urllib.request.Request(entry["url"], headers={"Range": asked}),
+                                        timeout=30) as r:
+                assert r.status == 206 and r.read() == want, asked
+                assert r.headers["Content-Range"].endswith(f"/{len(body)}")
+        assert reg.sent[entry["filename"]] == len(body)  # fetched whole once, for the first range
+        assert (tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]).read_bytes() == body
