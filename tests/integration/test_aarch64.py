@@ -179,8 +179,8 @@ def abi3_set(cp311_wheel, tmp_path_factory, cache):
 def aarch64_uv_cache(tmp_path_factory):
     """uv's cache of this module's aarch64 installs (PyPI's aarch64 torch at the line's floor for CPython 3.11 and
     3.13 with its NVIDIA wheels, ~6 GB), removed when the module ends: the suite's peak disk (a later test's pip
-    install of the x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. Each run
-    downloads them again (~3 GB)."""
+    install of the x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. A
+    later run unpacks them again from the session's mirror of PyPI (oeq_wheels/checks/pypi_mirror.py), not from PyPI."""
     d = tmp_path_factory.mktemp("aarch64-uv-cache")
     yield d
     shutil.rmtree(d, ignore_errors=True)
