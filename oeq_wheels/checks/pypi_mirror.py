@@ -8,7 +8,7 @@ this mirror each file comes from PyPI once: a page is PyPI's own, read live (its
 core metadata as PyPI lists them); each file it lists is served from the store, or fetched, checked against the
 sha256 PyPI lists and kept. Installers verify the same hashes again. Nothing half-fetched is ever kept.
 
-Hand-rolled in the standard library (~150 lines) because what exists does more and less: devpi-server brings a
+Hand-rolled in the standard library (~250 lines) because what exists does more and less: devpi-server brings a
 database and its own index semantics; proxpi keys its cache by URL with expiry rather than by content.
 
 The pytest session starts one (tests/conftest.py) and names it in OEQ_WHEELS_PYPI_MIRROR; venvs.pip_env() then
@@ -127,6 +127,11 @@ def _send_file(handler, mirror: Mirror, path: Path) -> None:
     size = path.stat().st_size
     ranged = _range(handler.headers.get("Range"), size)
     first, last = ranged or (0, size - 1)
+    if first > last:  # beyond the file's end
+        handler.send_response(416)
+        handler.send_header("Content-Range", f"bytes */{size}")
+        handler.send_header("Content-Length", "0")
+        return handler.end_headers()
     with mirror.lock:  # counted before it is sent: a client may read it all before this thread runs on
         mirror.from_store += last - first + 1
     handler.send_response(206 if ranged else 200)  # 206 for any range asked, the whole file's too (uv wants it)

@@ -155,5 +155,9 @@ def test_ranges_are_answered_from_the_store_and_a_first_one_keeps_the_whole_file
                                         timeout=30) as r:
                 assert r.status == 206 and r.read() == want, asked
                 assert r.headers["Content-Range"].endswith(f"/{len(body)}")
+        with pytest.raises(urllib.error.HTTPError) as beyond:
+            urllib.request.urlopen(urllib.request.Request(entry["url"], headers={"Range": f"bytes={len(body)}-"}),
+                                   timeout=30)
+        assert beyond.value.code == 416
         assert reg.sent[entry["filename"]] == len(body)  # fetched whole once, for the first range
         assert (tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]).read_bytes() == body
