@@ -134,8 +134,9 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
         index = torch_index or pins.consumer.torch_index
         with _torch_index(index, pins, cache, interp_tag, work, say) as served:
             say(f"{pins.fastmace_install_lines()[0]}  (as {torch}, from {served})")
-            # PyPI spelled as uv spells its default (no trailing slash): any other spelling is another index to
-            # uv's cache, which would then hold torch's NVIDIA wheels a second time (~4 GB).
+            # PyPI spelled as every test install spells it (venvs.pypi_index: the session's mirror, else uv's own
+            # spelling): any other spelling is another index to uv's cache, which would then hold torch's NVIDIA
+            # wheels a second time (~4 GB).
             _run(install + [torch, "--index-url", served, "--extra-index-url", venvs.pypi_index(),
                             "--index-strategy", "unsafe-best-match"], env)
         say(pins.fastmace_install_lines()[1])
