@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
-from fastmace_oeq_ext.manifest import FileHash, Input, Manifest, OeqBuild
+from fastmace_oeq_ext.manifest import Input, Manifest
+from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
 
 from . import buildroot, pins as pins_mod, driver_stub, elf, gate_common, tags
 from .inputs import fetch, unpack, pythons
@@ -174,8 +175,6 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
             platform = _proven_platform(p, {f"{p.import_name}/{p.library_file}": lib}, tag, tmp, st, tag, sh.verdicts,
                                         p.platform_tag)
         flags = ctx.normalized(ctx.flags())
-        compiler_text = (f"{sh.toolchain.version}\nC++ standard: {ctx.cxx_std}\n_GLIBCXX_USE_CXX11_ABI={ctx.cxx11_abi}\n"
-                         f"flags: {' '.join(flags)}\n")
         lic = sh.oeq_root / "LICENSE"
         lib_sha256, glibc = sha256_file(lib), elf.glibc_max_symbol(lib.read_bytes())
         rows = []
@@ -183,18 +182,17 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         for vp in p.ext_variants:
             who = tag if vp.variant == "pypi" else f"{tag}-{vp.variant}"
             manifest = Manifest(
-                package=vp.package_name, version=vp.version, variant=vp.variant, openequivariance=vp.oeq_exact,
-                torch=vp.matrix.consumer_torch, torch_index=vp.consumer.torch_index, oeq_version=vp.oeq.version, oeq_sdist=entry(vp.oeq),
-                torch_version=vp.matrix.torch_version, torch_local=vp.matrix.torch_local, cuda=vp.matrix.cuda,
-                cxx11_abi=ctx.cxx11_abi, torch_git_version=tv["git_version"], torch_wheel=entry(torch_pin),
-                python_tag=tag, python_built_with=interp.full_version, platform_tag=platform,
-                library=vp.library_file, library_sha256=lib_sha256, glibc_max_symbol=glibc,
-                extension_name=vp.oeq_extension_name, cuda_wheels=tuple(entry(n) for n in vp.matrix.nvidia),
-                pybind11=vp.pybind11.version, pybind11_wheel=entry(vp.pybind11), compiler=sh.toolchain.release,
-                cxx_std=ctx.cxx_std, flags=tuple(flags), matrix=vp.matrix.name)
+                package=vp.package_name, extension_version=vp.version, variant=vp.variant,
+                openequivariance=vp.oeq_exact, torch=vp.matrix.consumer_torch, torch_index=vp.consumer.torch_index,
+                oeq_sdist=entry(vp.oeq), cuda=vp.matrix.cuda, torch_git_version=tv["git_version"],
+                torch_wheel=entry(torch_pin), python=tag, python_built_with=interp.full_version, platform=platform,
+                library=vp.library_file, sha256=lib_sha256, glibc_max_symbol=glibc,
+                cuda_wheels=tuple(entry(n) for n in vp.matrix.nvidia), pybind11_wheel=entry(vp.pybind11),
+                compiler=sh.toolchain.release, flags=tuple(flags), matrix=vp.matrix.name)
+            manifest.check_consistent()  # the pins' torch, CUDA and extension name agree with the flags
             with Stage(who, "wheel", timings):
                 staged = assemble.stage(vp, tmp / who / "final", library=lib, manifest=manifest,
-                                        compiler_text=compiler_text, oeq_license=lic, py_version=interp.version,
+                                        oeq_license=lic, py_version=interp.version,
                                         tag=wheelfile.wheel_tag(tag, platform))
                 whl = wheelfile.pack(staged, tmp / who / "out", p.source_date_epoch)
             check = lambda w, vp=vp: verify_wheel(w, vp, expected_license=lic.read_bytes(),

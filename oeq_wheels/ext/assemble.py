@@ -97,8 +97,7 @@ def package_files(pins: Pins) -> tuple[str, ...]:
             "BUILD_COMPILER.txt")
 
 
-def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, compiler_text: str,
-          oeq_license: Path, py_version: str, tag: Tag) -> Path:
+def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, oeq_license: Path, py_version: str, tag: Tag) -> Path:
     """Lay out the unpacked wheel under root; return root."""
     pkg = root / pins.import_name
     pkg.mkdir(parents=True)
@@ -107,7 +106,7 @@ def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, compiler
     shutil.copyfile(library, pkg / pins.library_file)
     (pkg / MANIFEST_FILE).write_text(manifest.to_json())
     shutil.copyfile(oeq_license, pkg / "LICENSE.openequivariance")
-    (pkg / "BUILD_COMPILER.txt").write_text(compiler_text)
+    (pkg / "BUILD_COMPILER.txt").write_text(manifest.compiler_record())
     info = root / dist_info_name(pins)
     (info / "licenses").mkdir(parents=True)
     shutil.copyfile(PACKAGING_LICENSE, info / "licenses" / "LICENSE")

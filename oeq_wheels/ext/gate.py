@@ -34,11 +34,16 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         return v
     name, version, tag, files = opened
     pkg = "fastmace_oeq_ext/"
+    text = files.get(pkg + MANIFEST_FILE, b"").decode(errors="replace")
     try:
-        manifest = Manifest.from_json(files.get(pkg + MANIFEST_FILE, b"").decode(errors="replace"))
+        manifest = Manifest.from_json(text)
     except ManifestError as exc:
         v.problems.append(f"{MANIFEST_FILE}: {exc}")
         return v
+    if text != manifest.to_json():  # this build writes the current schema, each fact once, canonically
+        v.problems.append(f"{MANIFEST_FILE} is not what this build writes for its own fields (schema, order or keys)")
+    if files.get(pkg + "BUILD_COMPILER.txt", b"").decode(errors="replace") != manifest.compiler_record():
+        v.problems.append("BUILD_COMPILER.txt is not the manifest's compiler and flags")
     if p is None:
         p = _pins_for_manifest(manifest, v)
     elif manifest.variant != p.variant:  # the same pins, for the OEq this wheel names
@@ -74,7 +79,7 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
                                     else forbidden_paths)
         v.problems += problems
         v.facts.update(needed=facts["needed"], runpath=facts["runpath"])
-        if manifest.library_sha256 != hashlib.sha256(lib).hexdigest():
+        if manifest.sha256 != hashlib.sha256(lib).hexdigest():
             v.problems.append("manifest's library sha256 does not match the library")
         needs = glibc_max_symbol(lib)
         if manifest.glibc_max_symbol != needs:
@@ -96,10 +101,10 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
     entry = as_tuple = file_entry
     cp = tag.interpreter
     want = {
-        "package": p.package_name, "version": p.version, "variant": p.variant, "openequivariance": p.oeq_exact,
+        "package": p.package_name, "extension_version": p.version, "variant": p.variant, "openequivariance": p.oeq_exact,
         "torch": p.matrix.consumer_torch, "torch_index": p.consumer.torch_index, "oeq_version": p.oeq.version,
         "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
-        "cuda": p.matrix.cuda, "python_tag": cp, "platform_tag": tag.platform, "library": p.library_file,
+        "cuda": p.matrix.cuda, "python": cp, "platform": tag.platform, "library": p.library_file,
         "extension_name": p.oeq_extension_name, "pybind11": p.pybind11.version,
         "pybind11_wheel": entry(p.pybind11), "matrix": p.matrix.name,
         "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
@@ -107,6 +112,4 @@ def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
     out = field_differences("manifest", m, want, files=("oeq_sdist", "pybind11_wheel"), file_lists=("cuda_wheels",))
     if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):
         out.append(f"manifest torch_wheel {m.torch_wheel.file} is not the pinned {p.matrix.torch_wheel(cp).file}")
-    if m.cxx11_abi not in (0, 1):
-        out.append(f"manifest cxx11_abi is {m.cxx11_abi}, expected 0 or 1")
     return out

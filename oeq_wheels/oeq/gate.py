@@ -7,7 +7,8 @@ import hashlib
 from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags
-from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, ManifestError, OeqBuild
+from fastmace_oeq_ext.manifest import ManifestError
+from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
 from .. import pins as pins_mod
 from ..elf import dynamic_symbols, TORCH_CXX

@@ -58,7 +58,7 @@ def metadata_from_sdist(pkg_info: str, version: str) -> str:
 def stage(pins: Pins, root: Path, staged: Path, *, version: str, tag: Tag, purelib: bool,
           extlib_files: dict[str, Path] | None = None, build_record: str | None = None) -> Path:
     """Lay out the unpacked wheel: the sdist's package tree, extension files in extlib/, dist-info."""
-    from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE
+    from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE
     shutil.copytree(root / "openequivariance", staged / "openequivariance")
     for name, path in (extlib_files or {}).items():
         shutil.copyfile(path, staged / EXTLIB / name)

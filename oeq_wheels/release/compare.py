@@ -12,7 +12,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE
+from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE
 
 from .. import pins as pins_mod, elf, tags
 from ..errors import OeqWheelsError

@@ -21,7 +21,7 @@ __all__ = ["activate", "activated", "deactivate", "check", "status", "resolve", 
            "ENV_PREBUILT", "ENV_FROM_WHEELS"]
 
 # The files this package consists of in the wheel, beside the library and its manifest.
-PYTHON_FILES = ("__init__.py", "__main__.py", "cudaflags.py", "decision.py", "doctor.py", "hooks.py", "manifest.py")
+PYTHON_FILES = ("__init__.py", "__main__.py", "cudaflags.py", "decision.py", "doctor.py", "hooks.py", "manifest.py", "oeq_build.py")
 
 _lock = threading.Lock()
 _state = {"state": "inactive", "path": None, "reason": "activate() not called", "mode": None}

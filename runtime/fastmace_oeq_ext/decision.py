@@ -25,7 +25,8 @@ from importlib import metadata
 from pathlib import Path
 
 from . import cudaflags
-from .manifest import FILE_NAME, OEQ_BUILD_FILE, Manifest, ManifestError, OeqBuild
+from .manifest import FILE_NAME, Manifest, ManifestError
+from .oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / FILE_NAME
@@ -227,6 +228,53 @@ def load_manifest(path: Path = MANIFEST) -> Manifest:
     return Manifest.from_json(path.read_text())
 
 
+def prebuilt_mismatch(m: Manifest, env: dict) -> str | None:
+    """Why the build m records does not fit env, in one line; None when it does exactly.
+
+    env keys: torch_version (version.py's, e.g. 2.14.1+cu130), torch_cuda,
+    cxx11_abi (None until torch is imported), oeq_version, python_tag, system, machine.
+    """
+    tv = env.get("torch_version") or ""
+    release, _, local = tv.partition("+")
+    if release != m.torch_version:
+        return f"torch {tv} installed, library built for torch {m.torch_version}"
+    # PyPI's CUDA build says 2.14.1+cu130 in version.py while its distribution version
+    # is plain 2.14.1: both are the same binary. The local tag must agree with cuda.
+    if env.get("torch_cuda") != m.cuda:
+        return f"torch is built for CUDA {env.get('torch_cuda')}, library for CUDA {m.cuda}"
+    if local and local != m.torch_local:
+        return f"torch {tv} is a {local} build, library built for {m.torch_local}"
+    abi = env.get("cxx11_abi")
+    if abi is not None and int(abi) != m.cxx11_abi:
+        return f"torch uses C++11 ABI={abi}, library built with ABI={m.cxx11_abi}"
+    if env.get("oeq_version") is None:
+        return "openequivariance is not installed"
+    # A local label (0.7.0+oeqwheels...) marks a binary rebuild of the same unmodified sources.
+    if env["oeq_version"].split("+")[0] != m.oeq_version:
+        return f"openequivariance {env['oeq_version']} installed, library built for {m.oeq_version}"
+    if env.get("python_tag") != m.python:
+        return f"Python {env.get('python_tag')} running, library built for {m.python}"
+    if (env.get("system"), env.get("machine")) != ("Linux", "x86_64"):
+        return f"platform {env.get('system')} {env.get('machine')}, library built for Linux x86_64"
+    return None
+
+
+def consumer_refusal(m: Manifest, env: dict) -> str | None:
+    """Why FastMACE 1.0.0 will not use the prebuilt m records here, in its own words; None when it will.
+
+    Its rule (prebuilt_extension): the exact distribution versions of torch and OpenEquivariance,
+    the CPython tag and Linux x86_64. env keys: torch_distribution, oeq_version, python_tag,
+    system, machine. The tests hold this to FastMACE's own function.
+    """
+    if not (env.get("system") or "").lower().startswith("linux") or env.get("machine") not in ("x86_64", "AMD64"):
+        return f"fastmace-oeq-ext is for Linux x86_64, not {env.get('system')} {env.get('machine')}"
+    for key, have in (("torch", env.get("torch_distribution")), ("openequivariance", env.get("oeq_version")),
+                      ("python", env.get("python_tag"))):
+        if getattr(m, key) != have:
+            return f"fastmace-oeq-ext was built for {key} {getattr(m, key)}, installed is {have}"
+    return None
+
+
 def check(manifest_path: Path | None = None, environment: dict | None = None) -> Decision:
     """Does the prebuilt library match this environment exactly? Returns the decision and why.
 
@@ -251,18 +299,18 @@ def check(manifest_path: Path | None = None, environment: dict | None = None) ->
     env.setdefault("python_tag", f"cp{sys.version_info[0]}{sys.version_info[1]}")
     env.setdefault("system", platform.system())
     env.setdefault("machine", platform.machine())
-    why = m.mismatch(env)
+    why = prebuilt_mismatch(m, env)
     if why:
         return Decision(False, why, None)
     so = path.parent / m.library
     if so.parent != path.parent or not so.is_file():
         return Decision(False, f"library missing: {so}", None)
     digest = hashlib.sha256(so.read_bytes()).hexdigest()
-    if digest != m.library_sha256:
+    if digest != m.sha256:
         return Decision(False, f"library {so.name} sha256 {digest[:12]}... differs from the manifest's "
-                               f"{m.library_sha256[:12]}... (damaged or replaced)", None)
+                               f"{m.sha256[:12]}... (damaged or replaced)", None)
     return Decision(True, f"matches torch {env['torch_version']}, openequivariance {m.oeq_version}, "
-                          f"{m.python_tag}, Linux x86_64", str(so))
+                          f"{m.python}, Linux x86_64", str(so))
 
 
 # ---------------------------------------------------------------- the consumer
@@ -307,7 +355,7 @@ def consumer_verdict(env: dict, environ=None, manifest_path: Path | None = None)
     if own is not None:
         uses, reason = own
     else:
-        reason = m.consumer_refusal(env)
+        reason = consumer_refusal(m, env)
         uses = reason is None
     if uses:
         return ConsumerVerdict(name, True, None, None)

@@ -34,7 +34,7 @@ def verdict(res: r.Resolution, env: dict) -> tuple[str, list[str], int]:
     if chosen.name == "prebuilt":
         try:
             m = r.load_manifest()
-            name = f"{m.package} {m.version}"
+            name = f"{m.package} {m.extension_version}"
         except (OSError, r.ManifestError):
             name = "fastmace-oeq-ext"
         return f"host extension: prebuilt ({name}, {chosen.path}); no compiler needed", [], 0

@@ -21,7 +21,7 @@ from wheel.wheelfile import WheelFile
 
 from conftest import run_cli
 from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
-from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
+from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, driver_stub, elf
 from oeq_wheels.checks import venvs
 from oeq_wheels import toolchain as cc

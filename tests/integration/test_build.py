@@ -35,11 +35,11 @@ def test_wheel_contents_and_metadata(cp311_wheel):
     # The PyPI page: an install line (and how to get OEq without a compiler), links to the project's sources.
     assert f"\n    pip install fastmace-oeq-ext --extra-index-url {pins.index_url('cu130')}\n" in meta
     assert "Project-URL: OpenEquivariance, https://github.com/PASSIONLab/OpenEquivariance" in meta
-    assert manifest.library_sha256 == hashlib.sha256(lib).hexdigest()
+    assert manifest.sha256 == hashlib.sha256(lib).hexdigest()
     assert (manifest.torch_version, manifest.torch_local, manifest.cuda, manifest.cxx11_abi) == (pins.matrix.torch_version, pins.matrix.torch_local, pins.matrix.cuda, 1)
-    assert manifest.python_tag == "cp311" and manifest.platform_tag == "manylinux_2_28_x86_64"
+    assert manifest.python == "cp311" and manifest.platform == "manylinux_2_28_x86_64"
     assert manifest.oeq_sdist.sha256 == P.load().oeq.sha256 and len(manifest.cuda_wheels) == len(pins.matrix.nvidia)
-    assert manifest.compiler.startswith("GCC ") and manifest.compiler.split()[1] in compiler and "-std=c++20" in compiler
+    assert manifest.compiler.startswith("GCC ") and compiler == manifest.compiler_record() and "-std=c++20" in compiler
 
 
 def test_library_links_right_and_is_clean(cp311_wheel):

@@ -159,8 +159,9 @@ def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
 
 
 def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
-    """The doctor falls back to Manifest.consumer_refusal() where FastMACE's code cannot be imported: it must
+    """The doctor falls back to decision.consumer_refusal() where FastMACE's code cannot be imported: it must
     give FastMACE's own answer, word for word."""
+    from fastmace_oeq_ext.decision import consumer_refusal
     from fastmace_oeq_ext.manifest import Manifest
     pins = P.load()
     files = consumer.wheel_files(cp311_wheel)
@@ -168,8 +169,8 @@ def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
     t, ct, o = pins.matrix.torch_version, pins.matrix.consumer_torch, pins.oeq.version
     for torch, oeq in ((ct, o), (t, o), ("9.9.9+cu130", o), (ct, pins.oeq_binary.version(o))):
         theirs = consumer.ask(files, "3.11", pins, torch=torch, oeq=oeq)
-        ours = manifest.consumer_refusal({"torch_distribution": torch, "oeq_version": oeq,
-                                          "python_tag": "cp311", "system": "Linux", "machine": "x86_64"})
+        ours = consumer_refusal(manifest, {"torch_distribution": torch, "oeq_version": oeq,
+                                           "python_tag": "cp311", "system": "Linux", "machine": "x86_64"})
         assert ours == theirs["reason"], (torch, oeq, ours, theirs)
 
 

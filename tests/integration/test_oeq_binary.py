@@ -6,7 +6,7 @@ import zipfile
 
 
 from conftest import RUNTIME, run_cli
-from fastmace_oeq_ext.manifest import OEQ_BUILD_FILE, OeqBuild
+from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import pins as P, elf
 from oeq_wheels.inputs import unpack
 from oeq_wheels.oeq.gate import verify_oeq_binary

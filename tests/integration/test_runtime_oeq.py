@@ -101,7 +101,7 @@ def _copy_package(venv, dest, edit):
 
 def test_required_but_mismatched_raises_and_compiles_nothing(oeq_venv, sentinels, tmp_path):
     shadow = tmp_path / "shadow"
-    _copy_package(oeq_venv, shadow, lambda d: d.update(python_tag="cp312", python="cp312"))
+    _copy_package(oeq_venv, shadow, lambda d: d.update(python="cp312", python_built_with="3.12.0"))
     res = probe(oeq_venv, {"FASTMACE_OEQ_PREBUILT": "1", "PYTHONPATH": str(shadow)}, tmp_path, sentinels[0])
     assert res["error"].startswith("PrebuiltUnavailable") and "library built for cp312" in res["error"]
     assert not sentinels[1].exists() and not (tmp_path / "torch_extensions").exists()

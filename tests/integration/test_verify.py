@@ -37,7 +37,7 @@ def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
         zf.extractall(unpacked)
     m = unpacked / "fastmace_oeq_ext" / "manifest.json"
     data = json.loads(m.read_text())
-    data["library_sha256"] = data["sha256"] = "0" * 64  # consistently: its post1-named copy too
+    data["sha256"] = "0" * 64  # the library's, under post1's name (its one name)
     m.write_text(json.dumps(data))
     out = tmp_path / "o"
     out.mkdir()
@@ -45,6 +45,40 @@ def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
         wf.write_files(str(unpacked))
     v = verify_wheel(out / cp311_wheel.name, twine=False)
     assert any("manifest's library sha256" in p for p in v.problems)
+
+
+def _with_package_file(cp311_wheel, tmp_path, name, edit):
+    """The wheel with one file of its package edited, under a consistent RECORD."""
+    from wheel.wheelfile import WheelFile
+    unpacked = tmp_path / "u"
+    with zipfile.ZipFile(cp311_wheel) as zf:
+        zf.extractall(unpacked)
+    f = unpacked / "fastmace_oeq_ext" / name
+    f.write_text(edit(f.read_text()))
+    out = tmp_path / "o"
+    out.mkdir()
+    with WheelFile(out / cp311_wheel.name, "w") as wf:
+        wf.write_files(str(unpacked))
+    return out / cp311_wheel.name
+
+
+def test_a_fact_told_twice_or_a_compiler_record_of_its_own_is_refused(cp311_wheel, tmp_path):
+    """The runtime still reads schema 3 (each twin agreeing), but a wheel this build ships has each fact once; and
+    BUILD_COMPILER.txt is the manifest's compiler and flags, nothing else."""
+    from fastmace_oeq_ext import manifest as mf
+
+    def as_schema_3(text):
+        m = mf.Manifest.from_json(text)
+        data = json.loads(text)
+        data.update(schema=3, **{k: getattr(m, k) for k in mf.DERIVED},
+                    **{old: getattr(m, new) for old, new in mf.SCHEMA3_TWINS.items()})
+        assert mf.Manifest.from_json(json.dumps(data)) == m  # readable, and agreeing
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "a", "manifest.json", as_schema_3), twine=False)
+    assert any("manifest.json is not what this build writes" in p for p in v.problems), v.problems
+    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "b", "BUILD_COMPILER.txt",
+                                        lambda t: "g++ (Other) 1.0\n" + t), twine=False)
+    assert v.problems == ["BUILD_COMPILER.txt is not the manifest's compiler and flags"], v.problems
 
 
 def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):

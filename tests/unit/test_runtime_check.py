@@ -17,13 +17,15 @@ GOOD_ENV = {"torch_version": f"{TORCH}+cu130", "torch_cuda": "13.0", "cxx11_abi"
 
 def make_manifest(lib_sha256: str, **change) -> Manifest:
     pin = Input("x", "1", "x-1.whl", "0" * 64)
-    m = Manifest(package="fastmace-oeq-ext", version=f"{OEQ}.post9", variant="pypi", openequivariance=OEQ,
-                 torch=f"{TORCH}+cu130", torch_index="https://download.pytorch.org/whl/cu130", oeq_version=OEQ,
-                 oeq_sdist=pin, torch_version=TORCH, torch_local="cu130", cuda="13.0", cxx11_abi=1,
-                 torch_git_version="abc", torch_wheel=pin, python_tag="cp311", python_built_with="3.11.99",
-                 platform_tag="manylinux_2_28_x86_64", library="libtorch_tp_jit.so", library_sha256=lib_sha256,
-                 glibc_max_symbol="GLIBC_2.14", extension_name="libtorch_tp_jit", cuda_wheels=(pin,), pybind11="8.7.6",
-                 pybind11_wheel=pin, compiler="GCC 98.7.6", cxx_std="c++20", flags=("-O3",), matrix=f"torch-{TORCH}")
+    m = Manifest(package="fastmace-oeq-ext", extension_version=f"{OEQ}.post9", variant="pypi", openequivariance=OEQ,
+                 torch=f"{TORCH}+cu130", torch_index="https://download.pytorch.org/whl/cu130",
+                 oeq_sdist=Input("openequivariance", OEQ, f"openequivariance-{OEQ}.tar.gz", "1" * 64), cuda="13.0",
+                 torch_git_version="abc", torch_wheel=Input("torch", TORCH, f"torch-{TORCH}.whl", "2" * 64),
+                 python="cp311", python_built_with="3.11.99", platform="manylinux_2_28_x86_64",
+                 library="libtorch_tp_jit.so", sha256=lib_sha256, glibc_max_symbol="GLIBC_2.14", cuda_wheels=(pin,),
+                 pybind11_wheel=Input("pybind11", "8.7.6", "pybind11-8.7.6.whl", "3" * 64), compiler="GCC 98.7.6",
+                 flags=("-DTORCH_EXTENSION_NAME=libtorch_tp_jit", "-std=c++20", "-O3", "-D_GLIBCXX_USE_CXX11_ABI=1"),
+                 matrix=f"torch-{TORCH}")
     return dataclasses.replace(m, **change)
 
 
@@ -95,10 +97,15 @@ def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
     m = Manifest.from_json(manifest.read_text())
     assert Manifest.from_json(m.to_json()) == m
     good = json.loads(manifest.read_text())
-    for field, bad in [("library", {}), ("library", 7), ("library_sha256", None), ("cxx11_abi", "1"),
-                       ("cuda_wheels", {}), ("cuda_wheels", [{"name": "x"}]), ("flags", [1]), ("schema", 1),
-                       ("torch_wheel", "torch.whl"), ("package", ""), ("python", "cp312"), ("sha256", "0" * 64),
-                       ("extension_version", f"{OEQ}.post1")]:
+    for field, bad in [("library", {}), ("library", 7), ("sha256", None), ("cuda_wheels", {}),
+                       ("cuda_wheels", [{"name": "x"}]), ("flags", [1]), ("schema", 1), ("schema", 5),
+                       ("torch_wheel", "torch.whl"), ("package", ""), ("python", "cp312"), ("pybind11", "8.7.5"),
+                       ("library_sha256", "0" * 64), ("torch_local", "cu130"), ("torch", f"{NEWER_TORCH}+cu130"),
+                       ("torch", f"{TORCH}+cu126"), ("torch_index", "https://download.pytorch.org/whl/cu126"),
+                       ("flags", ["-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"]),
+                       ("flags", ["-DTORCH_EXTENSION_NAME=libtorch_tp_jit", "-D_GLIBCXX_USE_CXX11_ABI=1"]),
+                       ("flags", ["-DTORCH_EXTENSION_NAME=libtorch_tp_jit", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=2"]),
+                       ("flags", ["-DTORCH_EXTENSION_NAME=other", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"])]:
         manifest.write_text(json.dumps({**good, field: bad}))
         d = rt.check(manifest, GOOD_ENV)  # never raises
         assert not d.usable and d.reason.startswith("manifest unreadable") and field.split("[")[0] in d.reason, d
@@ -106,6 +113,46 @@ def test_manifest_round_trips_and_every_malformed_field_is_a_reason(manifest):
             Manifest.from_json(manifest.read_text())
     manifest.write_text(json.dumps({k: v for k, v in good.items() if k != "package"}))
     assert "'package' missing" in rt.check(manifest, GOOD_ENV).reason
+
+
+def test_schema_4_tells_each_fact_once(manifest):
+    """Every key is a field of its own, or `pybind11` (a post1 key FastMACE reads) written from pybind11_wheel;
+    what follows from another field is derived, not stored."""
+    from fastmace_oeq_ext import manifest as mf
+    data = json.loads(manifest.read_text())
+    assert set(data) == {"schema", "pybind11", *(f.name for f in dataclasses.fields(Manifest))}
+    assert data["schema"] == 4 and set(mf.CONSUMER_KEYS) <= set(data)
+    assert not set(data) & (set(mf.DERIVED) - {"pybind11"}) and not set(data) & set(mf.SCHEMA3_TWINS)
+    m = Manifest.from_json(manifest.read_text())
+    assert (m.oeq_version, m.torch_version, m.torch_local, m.pybind11) == (OEQ, TORCH, "cu130", "8.7.6")
+    assert (m.extension_name, m.cxx_std, m.cxx11_abi) == ("libtorch_tp_jit", "c++20", 1)
+    assert m.compiler_record() == ("GCC 98.7.6\nflags: -DTORCH_EXTENSION_NAME=libtorch_tp_jit -std=c++20 -O3 "
+                                   "-D_GLIBCXX_USE_CXX11_ABI=1\n")
+
+
+def schema_3(m: Manifest) -> dict:
+    """The manifest as schema 3 wrote it (post4 as built): each field, plus every twin under its second name."""
+    from fastmace_oeq_ext import manifest as mf
+    data = json.loads(m.to_json())
+    data.update(schema=3, **{k: getattr(m, k) for k in mf.DERIVED},
+                **{old: getattr(m, new) for old, new in mf.SCHEMA3_TWINS.items()})
+    return data
+
+
+def test_schema_3_wheels_are_read_and_their_twins_must_agree(manifest):
+    m = Manifest.from_json(manifest.read_text())
+    old = schema_3(m)
+    assert len(old) == len(json.loads(m.to_json())) + 10
+    manifest.write_text(json.dumps(old))
+    assert Manifest.from_json(manifest.read_text()) == m and rt.check(manifest, GOOD_ENV).usable
+    for key, bad in (("version", f"{OEQ}.post8"), ("platform_tag", "manylinux_2_17_x86_64"), ("python_tag", "cp312"),
+                     ("library_sha256", "0" * 64), ("oeq_version", NEWER_OEQ), ("torch_version", NEWER_TORCH),
+                     ("torch_local", "cu126"), ("extension_name", "other"), ("cxx_std", "c++17"), ("cxx11_abi", 0)):
+        manifest.write_text(json.dumps({**old, key: bad}))
+        d = rt.check(manifest, GOOD_ENV)
+        assert not d.usable and d.reason.startswith("manifest unreadable") and repr(key) in d.reason, (key, d)
+    manifest.write_text(json.dumps({k: v for k, v in old.items() if k != "torch_local"}))
+    assert "'torch_local'" in rt.check(manifest, GOOD_ENV).reason
 
 
 def test_a_local_rebuild_of_the_same_oeq_release_matches(manifest):
@@ -143,7 +190,8 @@ def test_oeq_precompiled_comes_first(tmp_path, manifest):
 
 
 def build_record(cuda_major: str, torch_min: str, version: str) -> str:
-    from fastmace_oeq_ext.manifest import FileHash, Input, OeqBuild
+    from fastmace_oeq_ext.manifest import Input
+    from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
     pin = Input("x", "1", "x.whl", "0" * 64)
     return OeqBuild(package="openequivariance", version=version, oeq_sdist=pin, torch_min=torch_min,
                     cuda_major=cuda_major, built_against=pin, python_tag="cp311", platform_tag="manylinux_2_28_x86_64",
@@ -251,7 +299,8 @@ def test_doctor_json_and_help(tmp_path):
 def test_consumer_rule_in_fastmaces_words(manifest, change, reason):
     env = {"torch_distribution": f"{TORCH}+cu130", "oeq_version": OEQ, "python_tag": "cp311", "system": "Linux",
            "machine": "x86_64", **change}
-    assert Manifest.from_json(manifest.read_text()).consumer_refusal(env) == reason
+    from fastmace_oeq_ext.decision import consumer_refusal
+    assert consumer_refusal(Manifest.from_json(manifest.read_text()), env) == reason
 
 
 @pytest.mark.parametrize("env, fix", [
