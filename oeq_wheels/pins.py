@@ -270,26 +270,6 @@ class Pins:
     def index_url(self, line: str) -> str:
         return f"{self.site_url}{line}/simple/"
 
-    def install_lines(self) -> list[str]:
-        """The install commands README, the site's page and the PyPI description show."""
-        out = []
-        for line in (self.line_builds(n)[0] for n in self.line_names):
-            url = self.index_url(line.name)
-            if line.cuda_major == self.matrix.cuda_major:
-                out.append(f"pip install {self.package_name} --extra-index-url {url}")
-                out.append(f"pip install torch openequivariance=={self.oeq.version} --extra-index-url {url}")
-            else:  # PyPI's plain `torch` is a CUDA 13 build: this line names its torch
-                out.append(f"pip install torch=={line.tested_torch[0]} openequivariance=={self.oeq.version} "
-                           f"--extra-index-url {url}")
-        return out
-
-    def fastmace_install_lines(self) -> list[str]:
-        """FastMACE's own install steps (its README) plus the cu130 index: the compiler-free FastMACE."""
-        line = self.oeq_binary
-        return [f"pip install torch=={self.matrix.torch_version} --index-url {self.consumer.torch_index}",
-                f"pip install cuequivariance-ops-torch-cu{line.cuda_major}",
-                f'pip install "{self.consumer.wheel.name}[oeq]" --extra-index-url {self.index_url(line.name)}']
-
     @property
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""

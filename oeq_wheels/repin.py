@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import pins as pins_mod, registry
+from . import install_lines, pins as pins_mod, registry
 from .inputs import link_stubs, fetch, members
 from .errors import UsageError
 from .files import write_atomic
@@ -386,7 +386,7 @@ def record_sha256(wheel: Path) -> str:
 def derived_lines(pins: pins_mod.Pins) -> list[str]:
     """README's lines made from pins: the users' install commands and FastMACE's (tests/integration/test_site.py holds
     README to them)."""
-    return [*pins.install_lines(), *pins.fastmace_install_lines()]
+    return [*install_lines.ours(pins), *install_lines.fastmace(pins)]
 
 
 def rewrite_derived(text: str, before: list[str], after: list[str]) -> str:

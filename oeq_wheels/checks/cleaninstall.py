@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .. import pins as pins_mod, proc, driver_stub
+from .. import install_lines, pins as pins_mod, proc, driver_stub
 from ..inputs import pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
@@ -133,19 +133,19 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
         torch = f"torch=={pins.matrix.consumer_torch}"
         index = torch_index or pins.consumer.torch_index
         with _torch_index(index, pins, cache, interp_tag, work, say) as served:
-            say(f"{pins.fastmace_install_lines()[0]}  (as {torch}, from {served})")
+            say(f"{install_lines.fastmace(pins)[0]}  (as {torch}, from {served})")
             # PyPI spelled as every test install spells it (venvs.pypi_index: the session's mirror, else uv's own
             # spelling): any other spelling is another index to uv's cache, which would then hold torch's NVIDIA
             # wheels a second time (~4 GB).
             _run(install + [torch, "--index-url", served, "--extra-index-url", venvs.pypi_index(),
                             "--index-strategy", "unsafe-best-match"], env)
-        say(pins.fastmace_install_lines()[1])
+        say(install_lines.fastmace(pins)[1])
         _run(install + [f"cuequivariance-ops-torch-cu{pins.oeq_binary.cuda_major}"], env)
         wheels = [*wheel_dir.glob("*.whl"), *extra_dir(wheel_dir).glob("*.whl")]
         root = site_mod.write_site(work / "site", site_mod.from_outdir(extra_dir(wheel_dir), pins), pins)
         with hosts.pages(root, "oeq-wheels") as base_url:
             local = f"{base_url}{pins.oeq_binary.name}/simple/"
-            say(f"{pins.fastmace_install_lines()[2]}  (site served from {len(wheels)} local wheel(s))")
+            say(f"{install_lines.fastmace(pins)[2]}  (site served from {len(wheels)} local wheel(s))")
             _run(install + [f"{pins.consumer.wheel.name}[oeq]=={pins.consumer.wheel.version}",
                             "--extra-index-url", local], env)
         gpu = has_gpu()

@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
-from .. import __version__ as TOOL_VERSION
+from .. import __version__ as TOOL_VERSION, install_lines
 from ..pins import Pins
 from ..wheelfile import fix_modes, wheel_file
 
@@ -72,7 +72,7 @@ def metadata_text(pins: Pins, py_version: str) -> str:
         "license_files": ["LICENSE", "LICENSE.openequivariance"],
         "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,
                                           oeq=pins.oeq.version, torch=m.torch_version, cuda=m.cuda,
-                                          py=py_version, install=pins.install_lines()[0]),
+                                          py=py_version, install=install_lines.ours(pins)[0]),
         "description_content_type": "text/markdown",
         "project_urls": dict(pins.project_urls),
     }

@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from .. import pins as pins_mod
+from .. import install_lines, pins as pins_mod
 from ..errors import UsageError
 from ..files import sha256_file
 from ..gate_common import python_of
@@ -199,7 +199,7 @@ def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     for name in pins.line_names:
         builds = pins.line_builds(name)
         line, arches = builds[0], [l.arch.name for l in builds]
-        cmds = [c for c in pins.install_lines() if f"/{line.name}/simple/" in c]
+        cmds = [c for c in install_lines.ours(pins) if f"/{line.name}/simple/" in c]
         rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
                     f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}, Linux "
                     f"{' and '.join(arches)}</h2>\n"

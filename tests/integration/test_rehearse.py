@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli
 from oeq_wheels.release import site
 from oeq_wheels.checks import hosts, rehearse
-from oeq_wheels import pins as P
+from oeq_wheels import install_lines, pins as P
 from oeq_wheels.output import extra_dir
 from oeq_wheels.checks.venvs import pip_env
 
@@ -106,7 +106,7 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     assert re.search(rf"the host renamed 4, e.g. \S+-{v}(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
                      rf"\S+-{v}(\.post\d+)?.oeqwheels.cu1", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
-    assert f"README: {P.load().install_lines()[0]}" in r.stderr
+    assert f"README: {install_lines.ours(P.load())[0]}" in r.stderr
     assert "OEq precompiled (our binary wheel)" in r.stdout and "PASS" in r.stdout
 
 

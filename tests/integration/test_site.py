@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from oeq_wheels.ext import assemble
-from oeq_wheels import pins as P
+from oeq_wheels import install_lines, pins as P
 from oeq_wheels.release import site
 from oeq_wheels.output import extra_dir
 
@@ -67,7 +67,7 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
     # OEq cu130 x86_64 and aarch64, OEq cu128, the cu130 fastmace-oeq-ext
     assert sums.count("\n") == 4 and (root / ".nojekyll").exists()
     landing = (root / "index.html").read_text()
-    assert all(cmd in landing.replace("&amp;", "&") for cmd in pins.install_lines())
+    assert all(cmd in landing.replace("&amp;", "&") for cmd in install_lines.ours(pins))
     assert "R570" in landing and "R580" in landing
 
 
@@ -134,12 +134,12 @@ def test_the_same_name_with_other_bytes_is_refused(cp311_oeq_wheel, tmp_path):
 
 def test_readme_and_the_pypi_description_show_the_derived_install_lines():
     pins = P.load()
-    lines = pins.install_lines()
+    lines = install_lines.ours(pins)
     readme = (REPO / "README.md").read_text()
     assert all(f"\n{line}\n" in readme for line in lines), lines
     from oeq_wheels.checks.rehearse import readme_commands
     assert readme_commands(pins) == lines  # the rehearsal runs exactly these
-    assert all(f"\n{line}\n" in readme for line in pins.fastmace_install_lines())  # FastMACE's steps
+    assert all(f"\n{line}\n" in readme for line in install_lines.fastmace(pins))  # FastMACE's steps
     assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
     meta = assemble.metadata_text(pins, "3.11")
     assert f"    {lines[0]}\n" in meta
