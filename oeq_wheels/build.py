@@ -180,26 +180,26 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         rows = []
         # One library, one wheel per OpenEquivariance FastMACE may find beside it (pins: oeq_variants).
         for vp in p.ext_variants:
-            who = tag if vp.variant == "pypi" else f"{tag}-{vp.variant}"
+            who = tag if vp.name == "pypi" else f"{tag}-{vp.name}"
             manifest = Manifest(
-                package=vp.package_name, extension_version=vp.version, variant=vp.variant,
-                openequivariance=vp.oeq_exact, torch=vp.matrix.consumer_torch, torch_index=vp.consumer.torch_index,
-                oeq_sdist=entry(vp.oeq), cuda=vp.matrix.cuda, torch_git_version=tv["git_version"],
+                package=p.package_name, extension_version=vp.version, variant=vp.name,
+                openequivariance=vp.oeq_exact, torch=p.matrix.consumer_torch, torch_index=p.consumer.torch_index,
+                oeq_sdist=entry(p.oeq), cuda=p.matrix.cuda, torch_git_version=tv["git_version"],
                 torch_wheel=entry(torch_pin), python=tag, python_built_with=interp.full_version, platform=platform,
-                library=vp.library_file, sha256=lib_sha256, glibc_max_symbol=glibc,
-                cuda_wheels=tuple(entry(n) for n in vp.matrix.nvidia), pybind11_wheel=entry(vp.pybind11),
-                compiler=sh.toolchain.release, flags=tuple(flags), matrix=vp.matrix.name)
+                library=p.library_file, sha256=lib_sha256, glibc_max_symbol=glibc,
+                cuda_wheels=tuple(entry(n) for n in p.matrix.nvidia), pybind11_wheel=entry(p.pybind11),
+                compiler=sh.toolchain.release, flags=tuple(flags), matrix=p.matrix.name)
             manifest.check_consistent()  # the pins' torch, CUDA and extension name agree with the flags
             with Stage(who, "wheel", timings):
                 staged = assemble.stage(vp, tmp / who / "final", library=lib, manifest=manifest,
                                         oeq_license=lic, py_version=interp.version,
                                         tag=wheelfile.wheel_tag(tag, platform))
                 whl = wheelfile.pack(staged, tmp / who / "out", p.source_date_epoch)
-            check = lambda w, vp=vp: verify_wheel(w, vp, expected_license=lic.read_bytes(),
-                                                  forbidden_paths=sh.forbidden, memo_dir=sh.verdicts)
+            check = lambda w: verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
+                                           memo_dir=sh.verdicts)
             # PyPI's wheel goes to OUTDIR; a binary OEq line's goes beside that line's OEq wheels (its index).
             rows.append(_verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins, "
-                                          f"{p.consumer.label}", outdir if vp.variant == "pypi" else extra_dir(outdir),
+                                          f"{p.consumer.label}", outdir if vp.name == "pypi" else extra_dir(outdir),
                                           force, platform, dict(timings), interp))
         return rows
 

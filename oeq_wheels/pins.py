@@ -205,34 +205,22 @@ class Pins:
     arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
     upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
     toolchain: "buildroot.Pins | None" = None  # [toolchain]: the build root's Debian packages
-    variant: str = "pypi"                # which of oeq_variants these pins describe
 
-    def for_variant(self, variant: str) -> "Pins":
-        """The same pins for the fastmace-oeq-ext build that names another OpenEquivariance."""
+    def for_variant(self, variant: str) -> "ExtVariant":
+        """The fastmace-oeq-ext build of these pins that names one OpenEquivariance ("pypi" or a line's)."""
         if variant not in self.oeq_variants:
             raise PinsError(f"no fastmace-oeq-ext variant {variant!r}; pins.toml's oeq_variants: "
                             f"{', '.join(self.oeq_variants)}")
         if variant != "pypi" and self.oeq_line(variant).cuda_major != self.matrix.cuda_major:
             raise PinsError(f"variant {variant!r} is a CUDA {self.oeq_line(variant).cuda_major} OEq line; matrix "
                             f"{self.matrix.name!r} builds for CUDA {self.matrix.cuda}")
-        return dataclasses.replace(self, variant=variant)
+        return ExtVariant(self, variant)
 
     @property
-    def ext_variants(self) -> tuple["Pins", ...]:
-        """One Pins per fastmace-oeq-ext wheel of each Python: PyPI's OEq first, then each line of this CUDA."""
+    def ext_variants(self) -> tuple["ExtVariant", ...]:
+        """fastmace-oeq-ext's builds of each Python: PyPI's OEq first, then each line of this CUDA."""
         return tuple(self.for_variant(v) for v in self.oeq_variants
                      if v == "pypi" or self.oeq_line(v).cuda_major == self.matrix.cuda_major)
-
-    @property
-    def variant_line(self) -> "OeqLine | None":
-        """The binary OEq line this build names (None: PyPI's OpenEquivariance)."""
-        return None if self.variant == "pypi" else self.oeq_line(self.variant)
-
-    @property
-    def oeq_exact(self) -> str:
-        """The exact OpenEquivariance version this build's manifest names and its METADATA requires."""
-        line = self.variant_line
-        return line.version(self.oeq.version) if line else self.oeq.version
 
     def oeq_line(self, name: str, arch: str = "x86_64") -> OeqLine:
         for line in self.oeq_lines:
@@ -290,11 +278,8 @@ class Pins:
 
     @property
     def version(self) -> str:
-        """The wheel version: the base version, plus local labels for a binary OEq line's variant and for
-        non-release matrices (0.7.0.post4+oeqwheels.cu13.1.torch2.11.0)."""
-        labels = [l for l in ((self.variant_line.local_version if self.variant_line else None),
-                              self.matrix.local_version) if l]
-        return f"{self.base_version}+{'.'.join(labels)}" if labels else self.base_version
+        """fastmace-oeq-ext's version on PyPI (its "pypi" variant): ExtVariant.version."""
+        return self.for_variant("pypi").version
 
     @property
     def library_file(self) -> str:
@@ -321,6 +306,32 @@ class Pins:
     def oeq_binary_inputs(self) -> list[Pinned]:
         """Every file the OEq lines read."""
         return list(dict.fromkeys(p for line in self.oeq_lines for p in line.inputs(self.oeq)))
+
+
+@dataclass(frozen=True)
+class ExtVariant:
+    """One fastmace-oeq-ext build of the pins: the one that names PyPI's OpenEquivariance ("pypi") or the one that
+    names a binary OEq line's (FastMACE 1.0.0 takes the prebuilt only beside the exact OEq its manifest names)."""
+
+    pins: Pins
+    name: str                            # "pypi" or a line name (cu130)
+
+    @property
+    def line(self) -> OeqLine | None:
+        """The binary OEq line this build names (None: PyPI's OpenEquivariance)."""
+        return None if self.name == "pypi" else self.pins.oeq_line(self.name)
+
+    @property
+    def oeq_exact(self) -> str:
+        """The exact OpenEquivariance version its manifest names and its METADATA requires."""
+        return self.line.version(self.pins.oeq.version) if self.line else self.pins.oeq.version
+
+    @property
+    def version(self) -> str:
+        """The wheel version: the base version, plus local labels for a binary OEq line's build and for
+        non-release matrices (0.7.0.post5+oeqwheels.cu13.1.torch2.11.0)."""
+        labels = [l for l in ((self.line.local_version if self.line else None), self.pins.matrix.local_version) if l]
+        return f"{self.pins.base_version}+{'.'.join(labels)}" if labels else self.pins.base_version
 
 
 def runpath(depth: int, cuda_major: str) -> str:

@@ -12,7 +12,7 @@ import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
 
 from .. import __version__ as TOOL_VERSION, install_lines
-from ..pins import Pins
+from ..pins import ExtVariant, Pins
 from ..wheelfile import fix_modes, wheel_file
 
 # The runtime package is imported like any other; its files are copied from where it is installed.
@@ -55,19 +55,19 @@ CORE_FIELDS = {"metadata_version": "Metadata-Version", "name": "Name", "version"
                "license_expression": "License-Expression", "description_content_type": "Description-Content-Type"}
 
 
-def dist_info_name(pins: Pins) -> str:
-    return f"{canonicalize_name(pins.package_name).replace('-', '_')}-{pins.version}.dist-info"
+def dist_info_name(v: ExtVariant) -> str:
+    return f"{canonicalize_name(v.pins.package_name).replace('-', '_')}-{v.version}.dist-info"
 
 
-def metadata_text(pins: Pins, py_version: str) -> str:
-    m = pins.matrix
+def metadata_text(v: ExtVariant, py_version: str) -> str:
+    pins, m = v.pins, v.pins.matrix
     raw = {
         "metadata_version": "2.4",
         "name": pins.package_name,
-        "version": pins.version,
+        "version": v.version,
         "summary": pins.summary,
         "requires_python": f"=={py_version}.*",
-        "requires_dist": [f"torch=={m.torch_version}", f"openequivariance=={pins.oeq_exact}"],
+        "requires_dist": [f"torch=={m.torch_version}", f"openequivariance=={v.oeq_exact}"],
         "license_expression": pins.license_expression,
         "license_files": ["LICENSE", "LICENSE.openequivariance"],
         "description": DESCRIPTION.format(name=pins.package_name, ext=pins.oeq_extension_name,
@@ -97,8 +97,10 @@ def package_files(pins: Pins) -> tuple[str, ...]:
             "BUILD_COMPILER.txt")
 
 
-def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, oeq_license: Path, py_version: str, tag: Tag) -> Path:
+def stage(v: ExtVariant, root: Path, *, library: Path, manifest: Manifest, oeq_license: Path, py_version: str,
+          tag: Tag) -> Path:
     """Lay out the unpacked wheel under root; return root."""
+    pins = v.pins
     pkg = root / pins.import_name
     pkg.mkdir(parents=True)
     for name in fastmace_oeq_ext.PYTHON_FILES:
@@ -107,11 +109,11 @@ def stage(pins: Pins, root: Path, *, library: Path, manifest: Manifest, oeq_lice
     (pkg / MANIFEST_FILE).write_text(manifest.to_json())
     shutil.copyfile(oeq_license, pkg / "LICENSE.openequivariance")
     (pkg / "BUILD_COMPILER.txt").write_text(manifest.compiler_record())
-    info = root / dist_info_name(pins)
+    info = root / dist_info_name(v)
     (info / "licenses").mkdir(parents=True)
     shutil.copyfile(PACKAGING_LICENSE, info / "licenses" / "LICENSE")
     shutil.copyfile(oeq_license, info / "licenses" / "LICENSE.openequivariance")
-    (info / "METADATA").write_text(metadata_text(pins, py_version))
+    (info / "METADATA").write_text(metadata_text(v, py_version))
     (info / "WHEEL").write_text(wheel_file(tag, generator=f"oeq-wheels {TOOL_VERSION}"))
     fix_modes(root)
     return root

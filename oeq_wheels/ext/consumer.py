@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..inputs import fetch, unpack, pythons
 from ..files import default_cache
-from ..pins import Pins
+from ..pins import ExtVariant, Pins
 
 # Runs under the wheel's CPython with only the consumer's package on the path; reads files only.
 PROBE = r"""
@@ -39,13 +39,14 @@ def consumer_root(p: Pins, cache: Path | None = None) -> Path:
     return unpack.consumer_tree([(w, files[w.file]) for w in p.consumer.wheels], cache)
 
 
-def ask(files: dict[str, bytes], python: str, p: Pins, *, torch: str | None = None, oeq: str | None = None,
+def ask(files: dict[str, bytes], python: str, ev: ExtVariant, *, torch: str | None = None, oeq: str | None = None,
         machine: str = "x86_64", cache: Path | None = None) -> dict:
     """FastMACE's answer for a wheel's package files (arcname -> bytes) in the install it is for.
 
     torch and oeq default to that install (consumer_torch, the variant's exact OEq); tests pass others.
     Returns {"usable", "reason", "extension_version"}; a probe that cannot run is a reason too.
     """
+    p = ev.pins
     root = consumer_root(p, cache)
     try:
         interp = pythons.find(python)
@@ -62,7 +63,7 @@ def ask(files: dict[str, bytes], python: str, p: Pins, *, torch: str | None = No
         if os.environ.get("LD_LIBRARY_PATH"):
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         res = subprocess.run([interp.executable, "-c", PROBE, str(pkg), torch or p.matrix.consumer_torch,
-                              oeq or p.oeq_exact, machine], capture_output=True, text=True, env=env, timeout=120)
+                              oeq or ev.oeq_exact, machine], capture_output=True, text=True, env=env, timeout=120)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
         return {"usable": False, "reason": f"{p.consumer.label}'s check failed to run: {last}", "extension_version": None}
@@ -74,11 +75,11 @@ def wheel_files(wheel: Path) -> dict[str, bytes]:
         return {n: zf.read(n) for n in zf.namelist()}
 
 
-def problems(files: dict[str, bytes], python: str, p: Pins, cache: Path | None = None) -> list[str]:
+def problems(files: dict[str, bytes], python: str, ev: ExtVariant, cache: Path | None = None) -> list[str]:
     """One line when FastMACE would refuse the wheel in the install it is for; [] when it accepts it."""
-    answer = ask(files, python, p, cache=cache)
-    if answer["usable"] and answer["extension_version"] == p.version:
+    answer = ask(files, python, ev, cache=cache)
+    if answer["usable"] and answer["extension_version"] == ev.version:
         return []
-    why = answer["reason"] or f"it reports extension_version {answer['extension_version']!r}, not {p.version}"
-    return [f"{p.consumer.label} would not use this wheel with torch {p.matrix.consumer_torch} and "
-            f"openequivariance {p.oeq_exact}: {why}"]
+    why = answer["reason"] or f"it reports extension_version {answer['extension_version']!r}, not {ev.version}"
+    return [f"{ev.pins.consumer.label} would not use this wheel with torch {ev.pins.matrix.consumer_torch} and "
+            f"openequivariance {ev.oeq_exact}: {why}"]

@@ -15,18 +15,20 @@ from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_fil
 from . import consumer
 
 
-def _pins_for_manifest(m: Manifest, v: Verdict) -> pins_mod.Pins | None:
+def _variant_of(m: Manifest, pins: pins_mod.Pins | None, v: Verdict) -> pins_mod.ExtVariant | None:
+    """The build of the pins (those of the manifest's matrix unless given) that the manifest says it is."""
     try:
-        return pins_mod.load(m.matrix).for_variant(m.variant)
+        return (pins or pins_mod.load(m.matrix)).for_variant(m.variant)
     except pins_mod.PinsError as exc:
         v.problems.append(f"manifest names matrix {m.matrix!r}, variant {m.variant!r}: {exc}")
         return None
 
 
-def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
+def verify_wheel(wheel: Path, pins: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
                  forbidden_paths: list[str] | None = None, twine: bool = True,
                  memo_dir: Path | None = None) -> Verdict:
-    """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given)."""
+    """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given), as the build
+    of them that names the OpenEquivariance its manifest names."""
     from . import assemble
     v = Verdict(wheel)
     opened = open_wheel(wheel, v)
@@ -44,30 +46,24 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         v.problems.append(f"{MANIFEST_FILE} is not what this build writes for its own fields (schema, order or keys)")
     if files.get(pkg + "BUILD_COMPILER.txt", b"").decode(errors="replace") != manifest.compiler_record():
         v.problems.append("BUILD_COMPILER.txt is not the manifest's compiler and flags")
-    if p is None:
-        p = _pins_for_manifest(manifest, v)
-    elif manifest.variant != p.variant:  # the same pins, for the OEq this wheel names
-        try:
-            p = p.for_variant(manifest.variant)
-        except pins_mod.PinsError as exc:
-            v.problems.append(f"manifest names variant {manifest.variant!r}: {exc}")
-            return v
-    if p is None:
+    ev = _variant_of(manifest, pins, v)
+    if ev is None:
         return v
+    p = ev.pins
     if name != canonicalize_name(p.package_name):
         v.problems.append(f"wheel is {name}, pins release {p.package_name}")
         return v
-    info = assemble.dist_info_name(p)
+    info = assemble.dist_info_name(ev)
     expected = {pkg + f for f in assemble.package_files(p)}
     expected |= {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE",
                                          "licenses/LICENSE.openequivariance")}
     accounted(v, v.facts.pop("names"), expected)
-    if version != p.version:
-        v.problems.append(f"wheel version {version}, pins say {p.version}")
+    if version != ev.version:
+        v.problems.append(f"wheel version {version}, pins say {ev.version}")
     py_version = python_of(tag) if tag.abi == tag.interpreter else None  # pybind11 has no stable-ABI build
     if py_version not in p.matrix.pythons:
         v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(p.matrix.pythons)}")
-    elif files.get(f"{info}/METADATA", b"").decode(errors="replace") != assemble.metadata_text(p, py_version):
+    elif files.get(f"{info}/METADATA", b"").decode(errors="replace") != assemble.metadata_text(ev, py_version):
         v.problems.append("METADATA differs from what the pins give (name, version, Requires-Dist, "
                           "Requires-Python, licence or description)")
     check_wheel_file(v, files, info, tag, purelib=False)
@@ -84,24 +80,26 @@ def verify_wheel(wheel: Path, p: pins_mod.Pins | None = None, *, expected_licens
         needs = glibc_max_symbol(lib)
         if manifest.glibc_max_symbol != needs:
             v.problems.append(f"manifest glibc_max_symbol is {manifest.glibc_max_symbol}, the library needs {needs}")
-    v.problems += manifest_problems(manifest, p, tag)
+    v.problems += manifest_problems(manifest, ev, tag)
     lic = files.get(pkg + "LICENSE.openequivariance")
     if lic is None or files.get(f"{info}/licenses/LICENSE.openequivariance") != lic:
         v.problems.append("dist-info licence differs from the package's LICENSE.openequivariance")
     if expected_license is not None and lic != expected_license:
         v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
     if py_version is not None:
-        v.problems += consumer.problems(files, py_version, p)
+        v.problems += consumer.problems(files, py_version, ev)
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 
 
-def manifest_problems(m: Manifest, p: pins_mod.Pins, tag) -> list[str]:
+def manifest_problems(m: Manifest, ev: pins_mod.ExtVariant, tag) -> list[str]:
     """Every manifest field that the pins decide, compared with them (one line per difference)."""
+    p = ev.pins
     entry = as_tuple = file_entry
     cp = tag.interpreter
     want = {
-        "package": p.package_name, "extension_version": p.version, "variant": p.variant, "openequivariance": p.oeq_exact,
+        "package": p.package_name, "extension_version": ev.version, "variant": ev.name,
+        "openequivariance": ev.oeq_exact,
         "torch": p.matrix.consumer_torch, "torch_index": p.consumer.torch_index, "oeq_version": p.oeq.version,
         "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
         "cuda": p.matrix.cuda, "python": cp, "platform": tag.platform, "library": p.library_file,

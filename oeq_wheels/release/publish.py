@@ -151,10 +151,10 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     # The fastmace-oeq-ext builds that name a binary OEq line: served from that line's index, never uploaded.
     served_ext = by_name.pop(canonicalize_name(pins.package_name), [])
     problems += [f"{w.name} does not belong in {extra}" for ws in by_name.values() for w in ws]
-    served_variants = [vp for vp in pins.ext_variants if vp.variant != "pypi"]
+    served_variants = [vp for vp in pins.ext_variants if vp.name != "pypi"]
     for vp in served_variants:
         mine = [w for w in served_ext if str(parse_wheel_filename(w.name)[1]) == vp.version]
-        problems += _check_set(mine, vp.version, vp.matrix.pythons, f"{pins.package_name} {vp.variant}")
+        problems += _check_set(mine, vp.version, pins.matrix.pythons, f"{pins.package_name} {vp.name}")
     wanted = {vp.version for vp in served_variants}
     problems += [f"{w.name} is of no pinned {pins.package_name} variant ({', '.join(sorted(wanted))})"
                  for w in served_ext if str(parse_wheel_filename(w.name)[1]) not in wanted]

@@ -139,22 +139,22 @@ def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
     pins = P.load()
     t, ct, o = pins.matrix.torch_version, pins.matrix.consumer_torch, pins.oeq.version
     files = consumer.wheel_files(cp311_wheel)
-    assert consumer.problems(files, "3.11", pins) == []
+    assert consumer.problems(files, "3.11", pins.for_variant("pypi")) == []
     # post3's manifest: none of the keys FastMACE reads.
     old = {k: v for k, v in json.loads(files["fastmace_oeq_ext/manifest.json"]).items()
            if k not in ("torch", "openequivariance", "python", "extension_version")}
     bad = dict(files, **{"fastmace_oeq_ext/manifest.json": json.dumps(old).encode()})
-    (line,) = consumer.problems(bad, "3.11", pins)
+    (line,) = consumer.problems(bad, "3.11", pins.for_variant("pypi"))
     assert line == (f"{pins.consumer.label} would not use this wheel with torch {ct} and openequivariance {o}: "
                     f"fastmace-oeq-ext was built for torch None, installed is {ct}")
     # PyPI's torch says X.Y.Z: FastMACE refuses even post1's exact manifest there (its own words).
-    answer = consumer.ask(files, "3.11", pins, torch=t)
+    answer = consumer.ask(files, "3.11", pins.for_variant("pypi"), torch=t)
     assert answer["reason"] == f"fastmace-oeq-ext was built for torch {ct}, installed is {t}"
     # The line's build names our binary OEq; FastMACE refuses it beside PyPI's OEq and takes it beside ours.
     (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*+*.whl")
     sfiles = consumer.wheel_files(served)
     assert consumer.problems(sfiles, "3.11", pins.for_variant(pins.oeq_binary.name)) == []
-    assert consumer.ask(sfiles, "3.11", pins)["reason"] == (
+    assert consumer.ask(sfiles, "3.11", pins.for_variant("pypi"))["reason"] == (
         f"fastmace-oeq-ext was built for openequivariance {pins.oeq_binary.version(o)}, installed is {o}")
 
 
@@ -168,7 +168,7 @@ def test_our_copy_of_fastmaces_rule_agrees_with_fastmace(cp311_wheel):
     manifest = Manifest.from_json(files["fastmace_oeq_ext/manifest.json"].decode())
     t, ct, o = pins.matrix.torch_version, pins.matrix.consumer_torch, pins.oeq.version
     for torch, oeq in ((ct, o), (t, o), ("9.9.9+cu130", o), (ct, pins.oeq_binary.version(o))):
-        theirs = consumer.ask(files, "3.11", pins, torch=torch, oeq=oeq)
+        theirs = consumer.ask(files, "3.11", pins.for_variant("pypi"), torch=torch, oeq=oeq)
         ours = consumer_refusal(manifest, {"torch_distribution": torch, "oeq_version": oeq,
                                            "python_tag": "cp311", "system": "Linux", "machine": "x86_64"})
         assert ours == theirs["reason"], (torch, oeq, ours, theirs)
@@ -214,4 +214,4 @@ def test_fastmaces_check_runs_a_cpython_that_finds_its_libpython_only_through_ld
     monkeypatch.setattr(pythons, "find", lambda v: pythons.Interpreter(v, real.full_version, str(shared), real.include))
     monkeypatch.setenv("LD_LIBRARY_PATH", "/the/libpython/dir")
     pins = P.load()
-    assert consumer.problems(consumer.wheel_files(cp311_wheel), "3.11", pins) == []
+    assert consumer.problems(consumer.wheel_files(cp311_wheel), "3.11", pins.for_variant("pypi")) == []

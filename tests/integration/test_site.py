@@ -141,7 +141,7 @@ def test_readme_and_the_pypi_description_show_the_derived_install_lines():
     assert readme_commands(pins) == lines  # the rehearsal runs exactly these
     assert all(f"\n{line}\n" in readme for line in install_lines.fastmace(pins))  # FastMACE's steps
     assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
-    meta = assemble.metadata_text(pins, "3.11")
+    meta = assemble.metadata_text(pins.for_variant("pypi"), "3.11")
     assert f"    {lines[0]}\n" in meta
     assert f"Project-URL: Binary index, {pins.site_url}" in meta
     assert f"Project-URL: Source, https://github.com/{pins.repository}" in meta
