@@ -30,6 +30,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from ..files import locked, sweep_stale, temp_prefix
 from . import hosts
 
@@ -63,8 +65,9 @@ class Mirror:
     def path(self, sha256: str, name: str) -> Path:
         return self.store / sha256 / name
 
-    def page(self, project: str, base: str) -> bytes | None:
-        """PyPI's page of `project` with each file's URL on this mirror; None where PyPI has no such project."""
+    def page(self, project: str) -> bytes | None:
+        """PyPI's page of `project` with each file's URL on this mirror (relative, as PEP 691 allows, so one page
+        serves whatever address a client reached the mirror by); None where PyPI has no such project."""
         with self.lock:
             if project in self.pages:
                 return self.pages[project]
@@ -89,7 +92,7 @@ class Mirror:
             if isinstance(meta, dict) and SHA256.fullmatch(meta.get("sha256", "")):
                 sources[(meta["sha256"], name + ".metadata")] = source + ".metadata"
                 metadata[(sha, name)] = meta["sha256"]
-            f["url"] = f"{base}files/{sha}/{name}"
+            f["url"] = f"/files/{sha}/{name}"
         body = json.dumps(data).encode()
         with self.lock:
             self.sources.update(sources)
@@ -122,6 +125,17 @@ def _range(header: str | None, size: int) -> tuple[int, int] | None:
     return int(m.group(1)), min(size - 1, int(m.group(2))) if m.group(2) else size - 1
 
 
+def _file_headers(handler, length: int | str | None) -> None:
+    """A file's headers as PyPI sends them: immutable, ranges offered; without a length the connection ends it."""
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.send_header("Cache-Control", IMMUTABLE)
+    handler.send_header("Accept-Ranges", "bytes")
+    if length is not None:
+        handler.send_header("Content-Length", str(length))
+    else:
+        handler.close_connection = True
+
+
 def _send_file(handler, mirror: Mirror, path: Path) -> None:
     os.utime(path)  # served now: kept (prune)
     size = path.stat().st_size
@@ -135,12 +149,9 @@ def _send_file(handler, mirror: Mirror, path: Path) -> None:
     with mirror.lock:  # counted before it is sent: a client may read it all before this thread runs on
         mirror.from_store += last - first + 1
     handler.send_response(206 if ranged else 200)  # 206 for any range asked, the whole file's too (uv wants it)
-    handler.send_header("Content-Type", "application/octet-stream")
-    handler.send_header("Cache-Control", IMMUTABLE)
-    handler.send_header("Accept-Ranges", "bytes")
     if ranged:
         handler.send_header("Content-Range", f"bytes {first}-{last}/{size}")
-    handler.send_header("Content-Length", str(last - first + 1))
+    _file_headers(handler, last - first + 1)
     handler.end_headers()
     with open(path, "rb") as f, contextlib.suppress(BrokenPipeError, ConnectionResetError):
         f.seek(first)
@@ -167,13 +178,7 @@ def _fetch_and_send(handler, mirror: Mirror, sha256: str, path: Path, source: st
     with r, open(tmp, "wb") as out:
         if send:
             handler.send_response(200)
-            handler.send_header("Content-Type", "application/octet-stream")
-            handler.send_header("Cache-Control", IMMUTABLE)
-            handler.send_header("Accept-Ranges", "bytes")
-            if r.headers.get("Content-Length"):
-                handler.send_header("Content-Length", r.headers["Content-Length"])
-            else:
-                handler.close_connection = True
+            _file_headers(handler, r.headers.get("Content-Length") or None)
             handler.end_headers()
         for chunk in iter(lambda: r.read(1 << 20), b""):
             digest.update(chunk)
@@ -231,23 +236,16 @@ def _handler(mirror: Mirror):
             found = self._file()
             if not found:
                 return self._missing()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Cache-Control", IMMUTABLE)
-            self.send_header("Accept-Ranges", "bytes")
             with mirror.lock:
                 size = found[2].stat().st_size if found[2].is_file() else mirror.sizes.get(found[:2])
-            if size is not None:
-                self.send_header("Content-Length", str(size))
-            else:
-                self.close_connection = True
+            self.send_response(200)
+            _file_headers(self, size)
             self.end_headers()
 
         def do_GET(self):
             m = re.fullmatch(r"/simple/([A-Za-z0-9._-]+)/?", self.path)
             if m:
-                base = f"http://{self.headers.get('Host') or '127.0.0.1'}/"
-                body = mirror.page(re.sub(r"[-_.]+", "-", m.group(1)).lower(), base)
+                body = mirror.page(canonicalize_name(m.group(1)))
                 if body is None:
                     return self._missing()
                 self.send_response(200)

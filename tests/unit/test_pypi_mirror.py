@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -40,11 +41,18 @@ def _get(url: str) -> bytes:
         return r.read()
 
 
+def _files(m, project: str) -> list[dict]:
+    """The page's files, each URL resolved against the page's as an installer resolves it (PEP 691)."""
+    page = m.index + project + "/"
+    return [{**f, "url": urllib.parse.urljoin(page, f["url"])} for f in json.loads(_get(page))["files"]]
+
+
 def test_each_file_comes_from_pypi_once_then_from_the_store(tmp_path):
     reg = _registry()
     with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
-        page = json.loads(_get(m.index + "tiny/"))
-        (entry,) = page["files"]
+        (listed,) = json.loads(_get(m.index + "tiny/"))["files"]
+        assert listed["url"] == f"/files/{listed['hashes']['sha256']}/{listed['filename']}"  # on whatever host
+        (entry,) = _files(m, "tiny")
         assert entry["url"].startswith(m.index.removesuffix("simple/") + "files/")
         assert entry["hashes"] == reg.files["tiny"][0]["hashes"]  # PyPI's page, its hashes unchanged
         first, second = _get(entry["url"]), _get(entry["url"])
@@ -55,7 +63,7 @@ def test_each_file_comes_from_pypi_once_then_from_the_store(tmp_path):
         assert kept.read_bytes() == first
     # A later session reads the store without the registry sending the file again.
     with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
-        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        (entry,) = _files(m, "tiny")
         assert _get(entry["url"]) == first and m.fetched == 0
         assert reg.sent[entry["filename"]] == len(first)
 
@@ -63,7 +71,7 @@ def test_each_file_comes_from_pypi_once_then_from_the_store(tmp_path):
 def test_a_file_not_of_its_listed_sha256_is_never_kept(tmp_path):
     reg = _registry()
     with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
-        (entry,) = json.loads(_get(m.index + "liar/"))["files"]
+        (entry,) = _files(m, "liar")
         try:
             _get(entry["url"])
         except (urllib.error.URLError, ConnectionError):
@@ -109,7 +117,7 @@ def test_what_no_run_served_for_thirty_days_is_removed_and_what_one_served_is_ke
     import time
     reg = _registry()
     with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
-        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        (entry,) = _files(m, "tiny")
         _get(entry["url"])
     kept = tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]
     old = time.time() - (pypi_mirror.KEEP_DAYS + 1) * 86400
@@ -145,7 +153,7 @@ def test_ranges_are_answered_from_the_store_and_a_first_one_keeps_the_whole_file
     each wheel whole twice. A range of a file not yet kept fetches it whole into the store first."""
     reg = _registry()
     with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
-        (entry,) = json.loads(_get(m.index + "tiny/"))["files"]
+        (entry,) = _files(m, "tiny")
         body = reg.bodies[entry["filename"]]
         head = urllib.request.urlopen(urllib.request.Request(entry["url"], method="HEAD"), timeout=30)
         assert head.headers["Accept-Ranges"] == "bytes" and int(head.headers["Content-Length"]) == len(body)
