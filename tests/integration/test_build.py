@@ -1,5 +1,7 @@
 """A real build (compile, link, wheel) and the bad-input cases of the build command."""
+import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +42,11 @@ def test_wheel_contents_and_metadata(cp311_wheel):
     assert manifest.python == "cp311" and manifest.platform == "manylinux_2_28_x86_64"
     assert manifest.oeq_sdist.sha256 == P.load().oeq.sha256 and len(manifest.cuda_wheels) == len(pins.matrix.nvidia)
     assert manifest.compiler.startswith("GCC ") and compiler == manifest.compiler_record() and "-std=c++20" in compiler
+    # Each fact once (schema 4): a field of its own, or post1's pybind11, which FastMACE reads.
+    keys = set(json.loads(manifest.to_json()))
+    assert keys == {"schema", "pybind11", *(f.name for f in dataclasses.fields(Manifest))}
+    with zipfile.ZipFile(cp311_wheel) as zf:
+        assert zf.read("fastmace_oeq_ext/manifest.json").decode() == manifest.to_json()
 
 
 def test_library_links_right_and_is_clean(cp311_wheel):
