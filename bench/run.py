@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark: the release build (both packages) against its compiler floor, and the user's cold start.
 
-    PYTHONPATH=.:runtime python bench/run.py [--out docs/benchmarks.md] [--skip-build] [--repeat 3]
+    PYTHONPATH=.:runtime python bench/run.py [--out FILE] [--skip-build] [--repeat 3]
     PYTHONPATH=.:runtime python bench/run.py --suite [--second]   (the test suite's cost; bench/suite.py)
     PYTHONPATH=.:runtime python bench/run.py --unit               (make test-unit from a fresh clone)
 
-Prints a markdown table and writes it to --out. Measures, on this machine:
+Prints a markdown table (and writes it to --out FILE; docs/benchmarks.md's build section is taken from it, by
+hand, beside that file's other dated figures, which a write there would replace). Measures, on this machine:
  1. the release build (fastmace-oeq-ext for each OEq variant; binary openequivariance for every line and
     architecture, aarch64 cross-compiled) with the pinned inputs already downloaded (empty object cache),
     against the floor: the bare compiler of each architecture on the same translation units, as many at
@@ -266,7 +267,7 @@ def throttled(mbit: float) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, help="also write the table to this file (replacing it)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--suite", action="store_true",
                     help="only the test suite's cost: a fresh clone, empty caches, make wheels and make test (bench/suite.py)")
@@ -375,8 +376,9 @@ def main() -> int:
               "a no-change rebuild fetches and compiles nothing."]
     text = "\n".join(lines) + "\n"
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
     return 0
 
 
