@@ -113,7 +113,7 @@ def overlay(base: Path, dest: Path) -> Path:
     return dest
 
 
-def _uv_env(cache: Path | None = None) -> dict:
+def uv_env(cache: Path | None = None) -> dict:
     """uv as a new user's (no configuration, no UV_ variables of this process), with its own cache where given."""
     env = {k: v for k, v in pip_env().items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
     env.update(index_env(), UV_NO_CONFIG="1")
@@ -131,7 +131,7 @@ def torch_venv(pins: Pins, cache: Path, version: str = "3.11") -> Path:
     whl = pins.matrix.torch_wheel(interp.cp_tag)
 
     def make(venv: Path) -> None:
-        uv, env = [sys.executable, "-m", "uv"], _uv_env()
+        uv, env = [sys.executable, "-m", "uv"], uv_env()
         proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
         req = venv / "torch-requirement.txt"  # uv verifies a hash it is given, without one for every dependency
         req.write_text(f"torch=={whl.version} --hash=sha256:{whl.sha256}\n")
@@ -244,7 +244,7 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
     def make(venv: Path) -> None:
         files = fetch.ensure(list(pins.consumer.wheels), cache)
-        env = _uv_env(transient / "uv-cache" if transient else None)
+        env = uv_env(transient / "uv-cache" if transient else None)
         uv = [sys.executable, "-m", "uv"]
         py = str(venv / "bin" / "python")
         proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
@@ -279,7 +279,7 @@ def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, 
     from . import emulated
     runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
     files = fetch.ensure(list(pins.consumer.wheels), cache)
-    env = _uv_env(uv_cache)
+    env = uv_env(uv_cache)
     target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
     proc.run(target + [f"torch=={torch_version}"], check=True, env=env)

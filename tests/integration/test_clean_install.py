@@ -18,11 +18,28 @@ def _nvidia_indexes(uv_cache: Path) -> set[Path]:
     return {p.parent for p in uv_cache.glob("wheels-v*/index/*/nvidia-*")}
 
 
-def test_clean_install_passes_with_compilers_removed(cp311_wheel, fastmace_base):
+def _pypi_entry(uv_cache: Path, fastmace_base: Path, tmp_path: Path) -> set[Path]:
+    """uv's cache entry for PyPI as the test venvs spell it, found by its NVIDIA wheels. Where uv's cache was emptied
+    after the kept venvs were made (`uv cache clean`), one small NVIDIA wheel of their torch stack is installed again
+    through the same index, so that the entry exists before the clean install adds to it."""
+    from oeq_wheels.checks import venvs
+    if not _nvidia_indexes(uv_cache):
+        (nvtx,) = venvs.site_packages(fastmace_base).glob("nvidia_nvtx-*.dist-info")
+        venv, env = tmp_path / "prime", venvs.uv_env()
+        uv = [sys.executable, "-m", "uv"]
+        subprocess.run(uv + ["venv", "-q", "--python", str(fastmace_base / "bin" / "python"), str(venv)],
+                       check=True, env=env)
+        subprocess.run(uv + ["pip", "install", "-q", "--no-deps", "--python", str(venv / "bin" / "python"),
+                             "nvidia-nvtx==" + nvtx.name.removesuffix(".dist-info").split("-")[1]],
+                       check=True, env=env)
+    return _nvidia_indexes(uv_cache)
+
+
+def test_clean_install_passes_with_compilers_removed(cp311_wheel, fastmace_base, tmp_path):
     # fastmace_base: the test venvs' torch stack, in uv's cache before the clean install asks for the same wheels
     uv_cache = Path(subprocess.run([sys.executable, "-m", "uv", "cache", "dir"], capture_output=True, text=True,
                                    check=True).stdout.strip())
-    before = _nvidia_indexes(uv_cache)
+    before = _pypi_entry(uv_cache, fastmace_base, tmp_path)
     assert before, f"no NVIDIA wheel in uv's cache ({uv_cache}) after the test venvs were made"
     started = time.time()
     r = subprocess.run([str(REPO / "tools/release/clean_install.sh"), str(cp311_wheel.parent), "3.11"],
