@@ -333,7 +333,8 @@ def toolchain_maker(pins: pins_mod.Pins, mode: str, cache: Path):
     with Stage("all", "toolchain") as st:
         files = fetch.ensure(items, cache, say, stage=st)
         root = buildroot.ensure(pins.toolchain, debs, files, cache, say)
-    key, where = buildroot.key(debs), Path(tempfile.mkdtemp(prefix="oeq-wheels-toolchain-"))
+    key = buildroot.key(debs)
+    where = cache / "buildroot" / f"{key}.shims"  # beside the root they run: same for every build, never left in /tmp
 
     def make(arch: pins_mod.Arch) -> tc.Toolchain:
         t = tc.root_toolchain(arch, root, key, where / arch.name)

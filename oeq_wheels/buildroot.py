@@ -228,13 +228,17 @@ exec '{bwrap_exe}' {" ".join(f"'{a}'" if a.startswith(str(root)) else a for a in
 
 
 def shims(root: Path, tools: list[str], where: Path) -> dict[str, str]:
-    """Scripts in `where` that run each of `tools` in the root; tool -> script path."""
+    """Scripts in `where` that run each of `tools` in the root; tool -> script path. Builds running at once share
+    them: each script is replaced whole, already executable, and only where its text changed."""
     where.mkdir(parents=True, exist_ok=True)
     exe, out = bwrap(), {}
     for tool in tools:
-        path = where / tool
-        path.write_text(shim_text(root, tool, exe))
-        path.chmod(0o755)
+        path, text = where / tool, shim_text(root, tool, exe)
+        if not (path.is_file() and os.access(path, os.X_OK) and path.read_text() == text):
+            tmp = path.with_name(temp_prefix(tool) + "tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, path)
         out[tool] = str(path)
     return out
 
