@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import __version__, output, proc, progress, stop
 from .errors import OeqWheelsError, UsageError
-from .files import sweep_stale, temp_prefix
+from .files import KEEP_DIR_VAR, sweep_stale, temp_prefix
 
 
 def _comma_list(text: str) -> list[str]:
@@ -208,9 +208,6 @@ def _join_workers() -> None:
             t.join()
 
 
-KEEP_DIR_VAR = "OEQ_WHEELS_KEEP_DIR"
-
-
 @contextlib.contextmanager
 def _run_tempdir():
     """One temporary directory per run, TMPDIR for us and every tool we start (pip, compilers).
@@ -224,7 +221,7 @@ def _run_tempdir():
     run_tmp = tempfile.mkdtemp(dir=base, prefix=temp_prefix("oeq-wheels-run"))
     saved = os.environ.get("TMPDIR")
     os.environ["TMPDIR"], tempfile.tempdir = run_tmp, run_tmp
-    os.environ[KEEP_DIR_VAR] = str(base)  # where what a run keeps on purpose goes (it outlives run_tmp)
+    os.environ.setdefault(KEEP_DIR_VAR, str(base))  # where what a run keeps on purpose goes (files.keep_dir)
     try:
         yield
     finally:

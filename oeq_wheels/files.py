@@ -64,6 +64,16 @@ def locked_dir(directory: Path):
         os.close(fd)
 
 
+KEEP_DIR_VAR = "OEQ_WHEELS_KEEP_DIR"
+
+
+def keep_dir() -> str | None:
+    """Where a check's work that is kept on purpose (a failed install, --keep) goes: outside a CLI run's temporary
+    directory, which goes when the run ends. The CLI sets it to the system's temporary directory unless it is set
+    already; the test suite sets it under its own base folder, which its next run removes (5 GB per kept venv)."""
+    return os.environ.get(KEEP_DIR_VAR)
+
+
 def temp_prefix(name: str) -> str:
     """Hidden temporary names carry the owner's pid, so a later run can remove a killed run's leftovers."""
     return f".{name}.pid{os.getpid()}."

@@ -20,7 +20,7 @@ sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never import
 
 from oeq_wheels import build, debian, pins as pins_mod, driver_stub  # noqa: E402
 from builds import cli, finish, hidden, private_cache, processes_of, wait_for, wheels_in  # noqa: E402
-from oeq_wheels.files import default_cache, locked  # noqa: E402
+from oeq_wheels.files import KEEP_DIR_VAR, default_cache, locked  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
 
@@ -63,6 +63,21 @@ def run_cli(*args, env=None, cwd=None):
 @pytest.fixture(scope="session")
 def cache() -> Path:
     return default_cache()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kept_work_in_basetemp(tmp_path_factory):
+    """What a check keeps on purpose (a failed install's venv, ~5 GB) goes under this session's base folder, which
+    the next session removes (pyproject.toml: tmp_path_retention_count), rather than into /tmp for good."""
+    kept = tmp_path_factory.getbasetemp() / "kept"
+    kept.mkdir(exist_ok=True)
+    saved = os.environ.get(KEEP_DIR_VAR)
+    os.environ[KEEP_DIR_VAR] = str(kept)
+    yield
+    if saved is None:
+        os.environ.pop(KEEP_DIR_VAR, None)
+    else:
+        os.environ[KEEP_DIR_VAR] = saved
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,7 @@ from .. import install_lines, pins as pins_mod, proc, driver_stub
 from ..inputs import pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
+from ..files import keep_dir
 from ..output import extra_dir
 from ..gate_common import Verdict
 
@@ -113,7 +114,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
     base = _python_for(python)
     interp_tag = proc.run([base, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="oeq-clean-install-"))
+    work = Path(tempfile.mkdtemp(prefix="oeq-clean-install-", dir=keep_dir()))  # a failed or --keep run stays
     log = work / "sentinel.log"
     venv, vpy = work / "venv", work / "venv" / "bin" / "python"
     say = lambda m: print(f"clean-install: {m}", flush=True)

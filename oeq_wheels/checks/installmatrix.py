@@ -38,7 +38,7 @@ from ..inputs import pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
-from ..files import default_cache
+from ..files import default_cache, keep_dir
 from ..output import extra_dir
 from ..tags import wheel_arch
 from ..release import site as site_mod
@@ -182,9 +182,9 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
     """
-    # Outside the run's own temporary directory, which goes when the run ends: a failed or --keep case stays.
+    # Where a failed or --keep case stays (files.keep_dir), outside the run's own temporary directory.
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.python or 'venv'}-"
-                                        f"{case.installer}-", dir=os.environ.get("OEQ_WHEELS_KEEP_DIR")))
+                                        f"{case.installer}-", dir=keep_dir()))
     log = work / "sentinel.log"
     sbin = sentinels.make(work / "sentinels", log, INSTALL_SENTINELS)
     env = {k: v for k, v in venvs.pip_env().items() if not k.startswith("UV_") and k not in
