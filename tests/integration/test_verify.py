@@ -5,7 +5,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-
+from fastmace_oeq_ext import manifest as mf
+from old_manifests import as_schema_3
 from oeq_wheels import gate, gate_common, tags
 from oeq_wheels.ext.gate import verify_wheel
 
@@ -55,16 +56,12 @@ def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
 def test_a_fact_told_twice_or_a_compiler_record_of_its_own_is_refused(cp311_wheel, tmp_path):
     """The runtime still reads schema 3 (each twin agreeing), but a wheel this build ships has each fact once; and
     BUILD_COMPILER.txt is the manifest's compiler and flags, nothing else."""
-    from fastmace_oeq_ext import manifest as mf
 
-    def as_schema_3(text):
-        m = mf.Manifest.from_json(text)
-        data = json.loads(text)
-        data.update(schema=3, **{k: getattr(m, k) for k in mf.DERIVED},
-                    **{old: getattr(m, new) for old, new in mf.SCHEMA3_TWINS.items()})
-        assert mf.Manifest.from_json(json.dumps(data)) == m  # readable, and agreeing
+    def schema_3_text(text):
+        data = as_schema_3(text)
+        assert mf.Manifest.from_json(json.dumps(data)) == mf.Manifest.from_json(text)  # readable, and agreeing
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
-    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "a", "manifest.json", as_schema_3), twine=False)
+    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "a", "manifest.json", schema_3_text), twine=False)
     assert any("manifest.json is not what this build writes" in p for p in v.problems), v.problems
     v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "b", "BUILD_COMPILER.txt",
                                         lambda t: "g++ (Other) 1.0\n" + t), twine=False)

@@ -7,6 +7,7 @@ import pytest
 
 import fastmace_oeq_ext as rt
 from fastmace_oeq_ext.manifest import Input, Manifest, ManifestError
+from old_manifests import as_schema_3
 
 # A made-up build: the runtime compares the installed versions with its manifest's, never with any release's, so no
 # pinned version is needed (a newer torch and OEq than the build's are made up too).
@@ -130,18 +131,9 @@ def test_schema_4_tells_each_fact_once(manifest):
                                    "-D_GLIBCXX_USE_CXX11_ABI=1\n")
 
 
-def schema_3(m: Manifest) -> dict:
-    """The manifest as schema 3 wrote it (post4 as built): each field, plus every twin under its second name."""
-    from fastmace_oeq_ext import manifest as mf
-    data = json.loads(m.to_json())
-    data.update(schema=3, **{k: getattr(m, k) for k in mf.DERIVED},
-                **{old: getattr(m, new) for old, new in mf.SCHEMA3_TWINS.items()})
-    return data
-
-
 def test_schema_3_wheels_are_read_and_their_twins_must_agree(manifest):
     m = Manifest.from_json(manifest.read_text())
-    old = schema_3(m)
+    old = as_schema_3(m.to_json())
     assert len(old) == len(json.loads(m.to_json())) + 10
     manifest.write_text(json.dumps(old))
     assert Manifest.from_json(manifest.read_text()) == m and rt.check(manifest, GOOD_ENV).usable
