@@ -169,17 +169,19 @@ def json_object(text: str) -> dict:
     return data
 
 
-def typed_fields(cls, data: dict) -> dict:
-    """The dataclass's fields from data, each checked against its annotation."""
+def typed_fields(cls, data: dict, records: tuple[type, ...] = (Input,)) -> dict:
+    """The dataclass's fields from data, each checked against its annotation; `records`: the record types (frozen
+    dataclasses) a field may hold, by their names in the annotations."""
+    known = {r.__name__: r for r in records}
     values = {}
     for f in fields(cls):
         if f.name not in data:
             raise ManifestError(f"field {f.name!r} missing")
-        values[f.name] = _typed(f.name, f.type, data[f.name])
+        values[f.name] = _typed(f.name, f.type, data[f.name], known)
     return values
 
 
-def _typed(name: str, kind: str, value):
+def _typed(name: str, kind: str, value, records: dict[str, type]):
     """Check one field against its annotation (a string, with `from __future__ import annotations`)."""
     if kind == "str":
         if not isinstance(value, str) or not value:
@@ -189,13 +191,13 @@ def _typed(name: str, kind: str, value):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ManifestError(f"field {name!r} must be an integer, got {value!r}")
         return value
-    if kind in RECORDS:
-        return _record(name, RECORDS[kind], value)
-    if kind.startswith("tuple[") and kind[6:-6] in RECORDS:
+    if kind in records:
+        return _record(name, records[kind], value, records)
+    if kind.startswith("tuple[") and kind[6:-6] in records:
         if not isinstance(value, list):
             raise ManifestError(f"field {name!r} must be a list, got {value!r}")
-        cls = RECORDS[kind[6:-6]]
-        return tuple(_record(f"{name}[{i}]", cls, v) for i, v in enumerate(value))
+        cls = records[kind[6:-6]]
+        return tuple(_record(f"{name}[{i}]", cls, v, records) for i, v in enumerate(value))
     if kind == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ManifestError(f"field {name!r} must be a list of strings, got {value!r}")
@@ -203,14 +205,10 @@ def _typed(name: str, kind: str, value):
     raise AssertionError(f"unhandled manifest field type {kind}")  # a bug here, not bad input
 
 
-def _record(name: str, cls, value):
+def _record(name: str, cls, value, records: dict[str, type]):
     if not isinstance(value, dict):
         raise ManifestError(f"field {name!r} must be an object, got {value!r}")
     try:
-        return cls(**{f.name: _typed(f"{name}.{f.name}", f.type, value[f.name]) for f in fields(cls)})
+        return cls(**{f.name: _typed(f"{name}.{f.name}", f.type, value[f.name], records) for f in fields(cls)})
     except KeyError as exc:
         raise ManifestError(f"field {name}.{exc.args[0]} missing") from None
-
-
-# The record types a field may hold; oeq_build.py adds its own.
-RECORDS: dict[str, type] = {"Input": Input}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from .manifest import RECORDS, Input, ManifestError, json_object, typed_fields
+from .manifest import Input, ManifestError, json_object, typed_fields
 
 SCHEMA = 2
 # The binary openequivariance wheel records its build in its .dist-info under this name.
@@ -19,9 +19,6 @@ FILE_NAME = "oeq_wheels_build.json"
 class FileHash:
     path: str        # inside the wheel
     sha256: str
-
-
-RECORDS["FileHash"] = FileHash
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class OeqBuild:
         data = json_object(text)
         if data.get("schema") != SCHEMA:
             raise ManifestError(f"schema {data.get('schema')!r}, this runtime reads schema {SCHEMA}")
-        return cls(**typed_fields(cls, data))
+        return cls(**typed_fields(cls, data, records=(Input, FileHash)))
 
     def serves(self, torch_version: str | None, torch_cuda: str | None) -> str | None:
         """Why this build cannot serve the installed torch; None when it can."""
