@@ -367,11 +367,58 @@ def _unit_tier_offline(request, monkeypatch):
 _MIRROR: list = []  # the run's PyPI mirror, in the process that started it
 
 
+# Free disk a whole run needs (docs/benchmarks.md, 2026-12-05): its peak is about 38 GiB above empty caches; what the
+# caches already hold counts toward that, and what a run installs for a while (11 GiB above its start) never does.
+# Too little is refused at the start in one line, not met twenty minutes in as ENOSPC deep in a test.
+EMPTY_CACHE_PEAK_GIB = 38
+RUN_TRANSIENT_GIB = 11
+GIB = 1 << 30
+
+
+def disk_need_gib(cached_gib: float) -> float:
+    """Free GiB a whole run needs on the cache's file system, the caches already holding cached_gib."""
+    return max(RUN_TRANSIENT_GIB, EMPTY_CACHE_PEAK_GIB - cached_gib)
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def disk_shortfall(cache: Path, tmp: Path) -> str | None:
+    """Why a whole run would fill the disk (one line, with the fix), or None: the cache's file system against
+    disk_need_gib, and the temporary folder's, where it is another, against what a run installs for a while."""
+    cached = 0.0
+    if cache.is_dir():  # du counts a hard-linked file once, as the disk holds it
+        du = subprocess.run(["du", "-skx", str(cache)], capture_output=True, text=True)
+        cached = int(du.stdout.split()[0]) * 1024 / GIB if du.returncode == 0 and du.stdout else 0.0
+    where, tmp_fs = _existing(cache), _existing(tmp)
+    needs = [(where, disk_need_gib(cached))]
+    if tmp_fs.stat().st_dev != where.stat().st_dev:
+        needs.append((tmp_fs, RUN_TRANSIENT_GIB))
+    for path, need in needs:
+        free = shutil.disk_usage(path).free / GIB
+        if free < need:
+            return (f"{free:.1f} GiB free where {path} is; the whole suite needs about {need:.0f} GiB there "
+                    f"(about {EMPTY_CACHE_PEAK_GIB} GiB above empty caches, {cached:.0f} GiB of them in {cache} now; "
+                    f"docs/benchmarks.md): free space, or run a part of it (make test-unit, make test ARGS=FILE)")
+    return None
+
+
 def pytest_configure(config):
-    """One kept mirror of PyPI for the run's installs (oeq_wheels.checks.pypi_mirror): started by the process that
-    starts the workers, which inherit its URL; OEQ_WHEELS_PYPI_MIRROR=off (or a URL) leaves it out."""
+    """A whole run's disk is checked first (disk_shortfall). Then one kept mirror of PyPI for the run's installs
+    (oeq_wheels.checks.pypi_mirror): started by the process that starts the workers, which inherit its URL;
+    OEQ_WHEELS_PYPI_MIRROR=off (or a URL) leaves it out."""
     from oeq_wheels.checks import pypi_mirror
-    if hasattr(config, "workerinput") or os.environ.get(pypi_mirror.ENV):
+    if hasattr(config, "workerinput"):
+        return
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:  # no files named: the whole suite
+        import tempfile
+        short = disk_shortfall(default_cache(), Path(tempfile.gettempdir()))
+        if short:
+            raise pytest.UsageError(f"not enough free disk for the whole suite: {short}")
+    if os.environ.get(pypi_mirror.ENV):
         return
     serving = pypi_mirror.serving(default_cache() / "pypi-mirror")
     _MIRROR.append(serving.__enter__())

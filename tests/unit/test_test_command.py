@@ -196,3 +196,35 @@ def test_an_unmarked_heavy_test_file_is_named(tmp_path):
     assert heavy_unmarked([plain, marked, in_a_string]) == [
         f"{name} calls installmatrix.run( (installs each torch with pip or uv into temporary venvs (pip without a "
         "cache)) without pytestmark = pytest.mark.big_disk" for name in ("test_new.py", "test_string.py")]
+
+
+def test_a_whole_run_needs_the_disk_its_measured_peak_asks_less_what_the_caches_hold():
+    import conftest
+    assert conftest.disk_need_gib(0) == conftest.EMPTY_CACHE_PEAK_GIB  # empty caches: the whole peak
+    assert conftest.disk_need_gib(conftest.EMPTY_CACHE_PEAK_GIB - 20) == 20
+    assert conftest.disk_need_gib(30) == conftest.RUN_TRANSIENT_GIB  # filled caches: what a run installs for a while
+
+
+def test_too_little_free_disk_is_one_line_naming_the_need_and_the_fix(tmp_path, monkeypatch):
+    import collections
+    import conftest
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(0, 0, 9 * conftest.GIB))
+    why = conftest.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path)
+    assert why and "\n" not in why and "9.0 GiB free" in why and f"about {conftest.EMPTY_CACHE_PEAK_GIB} GiB there" \
+        in why and "make test-unit" in why, why
+    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(0, 0, 40 * conftest.GIB))
+    assert conftest.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path) is None
+
+
+def test_the_whole_suite_is_refused_before_it_starts_where_the_disk_is_short_and_a_selection_is_not(monkeypatch):
+    import types
+    import conftest
+    import pytest
+    from oeq_wheels.checks import pypi_mirror
+    monkeypatch.setenv(pypi_mirror.ENV, "off")  # no mirror started by the calls below
+    monkeypatch.setattr(conftest, "disk_shortfall", lambda cache, tmp: "1.0 GiB free where / is; ...")
+    whole = types.SimpleNamespace(args_source=pytest.Config.ArgsSource.TESTPATHS)
+    with pytest.raises(pytest.UsageError, match="not enough free disk for the whole suite: 1.0 GiB free"):
+        conftest.pytest_configure(whole)
+    conftest.pytest_configure(types.SimpleNamespace(args_source=pytest.Config.ArgsSource.ARGS))  # make test ARGS=FILE
