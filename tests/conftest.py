@@ -71,13 +71,9 @@ def _kept_work_in_basetemp(tmp_path_factory):
     the next session removes (pyproject.toml: tmp_path_retention_count), rather than into /tmp for good."""
     kept = tmp_path_factory.getbasetemp() / "kept"
     kept.mkdir(exist_ok=True)
-    saved = os.environ.get(KEEP_DIR_VAR)
-    os.environ[KEEP_DIR_VAR] = str(kept)
-    yield
-    if saved is None:
-        os.environ.pop(KEEP_DIR_VAR, None)
-    else:
-        os.environ[KEEP_DIR_VAR] = saved
+    with pytest.MonkeyPatch.context() as mp:  # the session-wide monkeypatch: restored as it was at the end
+        mp.setenv(KEEP_DIR_VAR, str(kept))
+        yield
 
 
 @pytest.fixture(scope="session")
