@@ -14,16 +14,30 @@ database and its own index semantics; proxpi keys its cache by URL with expiry r
 The pytest session starts one (tests/conftest.py) and names it in OEQ_WHEELS_PYPI_MIRROR; venvs.pip_env() then
 points pip (PIP_INDEX_URL) and uv (UV_INDEX_URL) at it. OEQ_WHEELS_PYPI_MIRROR=off installs from PyPI directly.
 The port is stable per store (hosts.stable_port): uv keys its cache by the index's URL, port included.
+
+Its second index, /standin/simple/ (standin_url()), is PyPI's own pages with one difference: NVIDIA's library
+wheels and Triton (STANDIN) are stand-ins, each a wheel of the same file name holding PyPI's core metadata of it
+(its requirements, as the resolver sees them) and none of its files. A plain `pip install torch==X ...` through it
+resolves exactly as through PyPI and installs torch whole, without the ~2.5 GB of libraries that a check on a
+machine without a GPU loads and never calls into; load stubs (loader_stubs.py) stand in for those libraries at
+load time. Only the install rows whose stack nothing else in the suite installs use it (installmatrix.run's
+`standins`); the release's own stack is installed whole wherever it is installed. A stand-in's METADATA is PyPI's
+core metadata of the wheel where PyPI lists one, else the wheel's own read by range (checked against its RECORD); it
+is kept as <store>/<the wheel's sha256>/<file>.standin. Stand-ins are never published.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
+import copy
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import threading
+import zipfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,6 +46,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from .. import registry
 from ..files import locked, sweep_stale, temp_prefix
 from . import hosts
 
@@ -43,6 +58,11 @@ KEEP_DAYS = 30  # a file no session served for this long is removed when the nex
 # As PyPI sends its files: named by content, they never change. Without it uv revalidates its cached copy of each
 # wheel at every install, and fetches it again from the store (46 GB served in a run).
 IMMUTABLE = "max-age=365000000, immutable, public"
+# Projects the stand-in index serves as stand-ins, each platform wheel of theirs: what
+# `import torch` loads (NVIDIA's libraries) or imports only when asked (Triton), on a machine with no GPU nothing
+# runs. A pure-Python wheel of theirs (nvidia-ml-py) is served whole.
+STANDIN = re.compile(r"nvidia-.+|triton")
+STANDIN_NOTE = "OEQ_WHEELS_STANDIN"  # the file in a stand-in's .dist-info that says what it is
 
 
 def url() -> str | None:
@@ -51,13 +71,48 @@ def url() -> str | None:
     return value if value.startswith("http") else None
 
 
+def standin_url() -> str | None:
+    """The running session's stand-in index (STANDIN's wheels as stand-ins), or None without a mirror."""
+    index = url()
+    return index.removesuffix("simple/") + "standin/simple/" if index else None
+
+
+def is_standin_file(project: str, filename: str) -> bool:
+    return bool(STANDIN.fullmatch(canonicalize_name(project))) and filename.endswith(".whl") and \
+        not filename.endswith("-any.whl")
+
+
+def standin_wheel(filename: str, metadata: bytes) -> bytes:
+    """The stand-in of PyPI's wheel `filename`: its .dist-info with PyPI's core metadata byte for byte, a WHEEL of the
+    file name's tags and a note; no other file. The same bytes for the same input (fixed times, sorted entries)."""
+    parts = filename[:-len(".whl")].split("-")
+    dist_info = f"{parts[0]}-{parts[1]}.dist-info"
+    pythons, abis, platforms = (t.split(".") for t in parts[-3:])
+    wheel = "Wheel-Version: 1.0\nGenerator: oeq-wheels (test stand-in)\nRoot-Is-Purelib: false\n" + "".join(
+        f"Tag: {p}-{a}-{pl}\n" for p in pythons for a in abis for pl in platforms)
+    note = (f"A stand-in for {filename} made by oeq-wheels' test mirror of PyPI: PyPI's core metadata of it and none "
+            f"of its files. Never published.\n")
+    members = {f"{dist_info}/METADATA": metadata, f"{dist_info}/WHEEL": wheel.encode(),
+               f"{dist_info}/{STANDIN_NOTE}": note.encode()}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+                     f"{len(d)}\n" for n, d in sorted(members.items())) + f"{dist_info}/RECORD,,\n"
+    members[f"{dist_info}/RECORD"] = record.encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr, info.compress_type = 0o644 << 16, zipfile.ZIP_DEFLATED
+            zf.writestr(info, members[name])
+    return buf.getvalue()
+
+
 class Mirror:
     def __init__(self, store: Path, upstream: str = PYPI):
         self.store, self.upstream = store, upstream.rstrip("/") + "/"
         self.sources: dict[tuple[str, str], str] = {}  # (sha256, file name) -> PyPI's URL of it, from pages read
         self.metadata: dict[tuple[str, str], str] = {}  # (a wheel's sha256, its name) -> its core metadata's sha256
         self.sizes: dict[tuple[str, str], int] = {}     # (sha256, file name) -> its size as the page lists it
-        self.pages: dict[str, bytes] = {}               # project -> its page as served, for this server's life
+        self.pages: dict[tuple[str, bool], bytes] = {}  # (project, stand-ins) -> its page as served, this server's life
         self.fetched = self.from_store = 0              # bytes of files: from PyPI, and from the store
         self.index = ""
         self.lock = threading.Lock()
@@ -65,12 +120,15 @@ class Mirror:
     def path(self, sha256: str, name: str) -> Path:
         return self.store / sha256 / name
 
-    def page(self, project: str) -> bytes | None:
+    def page(self, project: str, standins: bool = False) -> bytes | None:
         """PyPI's page of `project` with each file's URL on this mirror (relative, as PEP 691 allows, so one page
-        serves whatever address a client reached the mirror by); None where PyPI has no such project."""
+        serves whatever address a client reached the mirror by); None where PyPI has no such project. standins: the
+        stand-in index's page, where each of STANDIN's platform wheels is listed as its stand-in (under
+        /standin/files/, no hash or size: its bytes are made when asked; its core metadata's hash, where PyPI lists
+        one, is PyPI's)."""
         with self.lock:
-            if project in self.pages:
-                return self.pages[project]
+            if (project, standins) in self.pages:
+                return self.pages[(project, standins)]
         req = urllib.request.Request(self.upstream + project + "/", headers={"Accept": JSON})
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
@@ -94,13 +152,76 @@ class Mirror:
                 metadata[(sha, name)] = meta["sha256"]
             f["url"] = f"/files/{sha}/{name}"
         body = json.dumps(data).encode()
+        data = copy.deepcopy(data)
+        for f in data.get("files", []):
+            sha = f.get("hashes", {}).get("sha256", "")
+            if (sha, f["filename"]) in sources and is_standin_file(project, f["filename"]):
+                f.update(url=f"/standin/files/{sha}/{f['filename']}", hashes={})
+                f.pop("size", None)
+        data.setdefault("meta", {})["api-version"] = "1.0"  # 1.1 requires each file's size
+        standin_body = json.dumps(data).encode()
         with self.lock:
             self.sources.update(sources)
             self.metadata.update(metadata)
             self.sizes.update(sizes)
-            self.pages[project] = body
-        return body
+            self.pages[(project, False)], self.pages[(project, True)] = body, standin_body
+        return standin_body if standins else body
 
+    def standin(self, sha256: str, name: str) -> Path | None:
+        """The kept stand-in (<store>/<sha256>/<name>.standin) of the wheel a page listed, made once from its
+        METADATA; None where no page of this session listed it."""
+        with self.lock:
+            source, size = self.sources.get((sha256, name)), self.sizes.get((sha256, name))
+            meta_sha = self.metadata.get((sha256, name))
+            meta_source = self.sources.get((meta_sha, name + ".metadata")) if meta_sha else None
+        path = self.path(sha256, name + ".standin")
+        if not path.is_file() and not source:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(path):
+            if not path.is_file():
+                metadata = self._metadata(sha256, name, source, size, meta_sha, meta_source)
+                tmp = path.with_name(temp_prefix(path.name) + "part")
+                tmp.write_bytes(standin_wheel(name, metadata))
+                os.replace(tmp, path)
+        return path
+
+    def _metadata(self, sha256: str, name: str, source: str, size: int | None, meta_sha: str | None,
+                  meta_source: str | None) -> bytes:
+        """The wheel's METADATA: PyPI's core metadata of it where its page lists one (checked against that sha256);
+        else the wheel's own, from the kept wheel or read from PyPI by range (its central directory, RECORD and
+        METADATA: a few hundred KB of a wheel of hundreds of MB), checked against the wheel's RECORD."""
+        if meta_source:
+            with urllib.request.urlopen(meta_source, timeout=120) as r:
+                data = r.read()
+            with self.lock:
+                self.fetched += len(data)
+            if hashlib.sha256(data).hexdigest() != meta_sha:
+                raise OSError(f"{meta_source}: not the core metadata PyPI lists")
+            return data
+        kept = self.path(sha256, name)
+        if kept.is_file():
+            return _own_metadata(zipfile.ZipFile(kept), name)
+        if not size:
+            raise OSError(f"{name}: PyPI's page gives no size, so it cannot be read by range")
+        reader = registry._RangeReader(registry.File(name, source, sha256, size, False))
+        try:
+            return _own_metadata(zipfile.ZipFile(io.BufferedReader(reader, 1 << 16)), name)
+        except (registry.RegistryError, zipfile.BadZipFile) as exc:
+            raise OSError(f"{name}: {exc}") from None
+        finally:
+            with self.lock:
+                self.fetched += reader.fetched
+
+
+def _own_metadata(zf: zipfile.ZipFile, name: str) -> bytes:
+    """A wheel's .dist-info/METADATA, of the sha256 its RECORD gives it."""
+    dist_info = "-".join(name.split("-")[:2]) + ".dist-info/"
+    data, record = zf.read(dist_info + "METADATA"), zf.read(dist_info + "RECORD").decode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    if f"{dist_info}METADATA,sha256={digest}," not in record:
+        raise OSError(f"{name}: its METADATA is not the one its RECORD lists")
+    return data
 
 def prune(store: Path, days: int = KEEP_DAYS) -> int:
     """Remove what no session has served for `days` (a torch the pins left): the store keeps what runs use."""
@@ -230,9 +351,29 @@ def _handler(mirror: Mirror):
             path = mirror.path(sha, name) if sha else None
             return (sha, name, path, source) if path and (path.is_file() or source) else None
 
+        def _standin(self) -> Path | None:
+            """The stand-in a /standin/files/ request names (its core metadata is the wheel's own: /files/)."""
+            m = re.fullmatch(r"/standin/files/([0-9a-f]{64})/([^/]+\.whl)", self.path)
+            if not m:
+                return None
+            try:
+                return mirror.standin(*m.groups())
+            except (urllib.error.URLError, OSError) as exc:
+                self.log_error("stand-in of %s: %s", m.group(2), exc)
+                return None
+
         def do_HEAD(self):
             """uv asks before it fetches, whether ranges are offered: with them it reads a wheel's requirements from
             a few ranges rather than fetching it whole twice (once to resolve, once to install)."""
+            if self.path.startswith("/standin/files/") and self.path.endswith(".metadata"):
+                self.path = self.path.removeprefix("/standin")
+            if self.path.startswith("/standin/files/"):
+                path = self._standin()
+                if not path:
+                    return self._missing()
+                self.send_response(200)
+                _file_headers(self, path.stat().st_size)
+                return self.end_headers()
             found = self._file()
             if not found:
                 return self._missing()
@@ -243,9 +384,14 @@ def _handler(mirror: Mirror):
             self.end_headers()
 
         def do_GET(self):
-            m = re.fullmatch(r"/simple/([A-Za-z0-9._-]+)/?", self.path)
+            if self.path.startswith("/standin/files/") and self.path.endswith(".metadata"):
+                self.path = self.path.removeprefix("/standin")
+            if self.path.startswith("/standin/files/"):
+                path = self._standin()
+                return _send_file(self, mirror, path) if path else self._missing()
+            m = re.fullmatch(r"(/standin)?/simple/([A-Za-z0-9._-]+)/?", self.path)
             if m:
-                body = mirror.page(canonicalize_name(m.group(1)))
+                body = mirror.page(canonicalize_name(m.group(2)), standins=bool(m.group(1)))
                 if body is None:
                     return self._missing()
                 self.send_response(200)

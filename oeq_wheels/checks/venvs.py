@@ -28,11 +28,12 @@ def pypi_index() -> str:
     return pypi_mirror.url() or UV_PYPI
 
 
-def index_env() -> dict:
+def index_env(standins: bool = False) -> dict:
     """pip's and uv's index where the session has a mirror of PyPI (nothing otherwise). uv's as UV_INDEX_URL, which
     an --index-url or UV_DEFAULT_INDEX given to uv overrides (UV_DEFAULT_INDEX would override the command line's
-    --index-url). The timeouts are for a request that waits while another fetches the same 900 MB wheel."""
-    mirror = pypi_mirror.url()
+    --index-url). The timeouts are for a request that waits while another fetches the same 900 MB wheel.
+    standins: the mirror's stand-in index (NVIDIA's library wheels and Triton as metadata-only stand-ins)."""
+    mirror = pypi_mirror.standin_url() if standins else pypi_mirror.url()
     return dict(PIP_INDEX_URL=mirror, PIP_DEFAULT_TIMEOUT="600", UV_INDEX_URL=mirror,
                 UV_HTTP_TIMEOUT="600") if mirror else {}
 

@@ -1,13 +1,16 @@
 """The kept mirror of PyPI the suite's installs go through (oeq_wheels/checks/pypi_mirror.py), over a loopback
 registry (tests/fake_registry.py) that counts what it sends: each file comes from the registry once, is kept only
 whole and of the sha256 the page lists, and real pip and uv install through it."""
+import base64
 import hashlib
+import io
 import json
 import subprocess
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 
 import pytest
 
@@ -169,3 +172,94 @@ def test_ranges_are_answered_from_the_store_and_a_first_one_keeps_the_whole_file
         assert beyond.value.code == 416
         assert reg.sent[entry["filename"]] == len(body)  # fetched whole once, for the first range
         assert (tmp_path / "store" / entry["hashes"]["sha256"] / entry["filename"]).read_bytes() == body
+
+
+def _nvidia_registry(core_metadata: bool = True, record_lies: bool = False) -> tuple[Registry, str]:
+    """tiny (pure Python) and nvidia-fake 13.0, a platform wheel holding a 2 MB library, with PyPI's core metadata
+    of it or without (as PyPI lists NVIDIA's)."""
+    import os
+    reg = _registry()
+    dist = "nvidia_fake-13.0.dist-info"
+    meta = b"Metadata-Version: 2.1\nName: nvidia-fake\nVersion: 13.0\nRequires-Dist: tiny==77.1\n"
+    filename = "nvidia_fake-13.0-py3-none-manylinux_2_27_x86_64.whl"
+    members = {"nvidia/fake/lib/libfake.so.13": b"\x7fELF" + os.urandom(2 << 20), f"{dist}/METADATA": meta,
+               f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                b"Tag: py3-none-manylinux_2_27_x86_64\n"}
+    digest = lambda d: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+    members[f"{dist}/RECORD"] = "".join(f"{n},sha256={digest(d + (b'!' if record_lies else b''))},{len(d)}\n"
+                                        for n, d in members.items()).encode()
+    reg.add("nvidia-fake", filename, wheel_bytes(members))
+    if core_metadata:
+        reg.bodies[filename + ".metadata"] = meta
+        reg.files["nvidia-fake"][0]["core-metadata"] = {"sha256": hashlib.sha256(meta).hexdigest()}
+    return reg, filename
+
+
+def test_the_standin_index_serves_nvidias_wheels_as_their_metadata_and_nothing_else(tmp_path):
+    reg, filename = _nvidia_registry()
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        standin = m.index.removesuffix("simple/") + "standin/simple/"
+        (entry,) = json.loads(_get(standin + "nvidia-fake/"))["files"]
+        assert entry["url"].startswith("/standin/files/") and entry["hashes"] == {} and "size" not in entry
+        assert entry["core-metadata"] == reg.files["nvidia-fake"][0]["core-metadata"]  # PyPI's, byte for byte
+        (tiny,) = json.loads(_get(standin + "tiny/"))["files"]
+        assert tiny["url"].startswith("/files/") and tiny["hashes"] == reg.files["tiny"][0]["hashes"]  # whole
+        body = _get(urllib.parse.urljoin(standin, entry["url"]))
+        assert _get(urllib.parse.urljoin(standin, entry["url"])) == body  # the same bytes each time
+        names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+        assert not [n for n in names if not n.startswith("nvidia_fake-13.0.dist-info/")], names  # no library
+        assert zipfile.ZipFile(io.BytesIO(body)).read("nvidia_fake-13.0.dist-info/METADATA") == \
+            reg.bodies[filename + ".metadata"]
+        assert filename not in reg.sent and reg.sent[filename + ".metadata"] > 0  # the wheel never fetched
+        sha = reg.files["nvidia-fake"][0]["hashes"]["sha256"]
+        assert (tmp_path / "store" / sha / (filename + ".standin")).read_bytes() == body  # kept
+
+
+def test_without_pypis_core_metadata_a_standin_takes_the_wheels_own_by_range(tmp_path):
+    """PyPI lists no core metadata for NVIDIA's wheels: the stand-in's METADATA is the wheel's own, read by range
+    (a small part of the wheel) and checked against its RECORD; one whose RECORD disagrees is not served."""
+    reg, filename = _nvidia_registry(core_metadata=False)
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        standin = m.index.removesuffix("simple/") + "standin/simple/"
+        (entry,) = json.loads(_get(standin + "nvidia-fake/"))["files"]
+        body = _get(urllib.parse.urljoin(standin, entry["url"]))
+        assert zipfile.ZipFile(io.BytesIO(body)).read("nvidia_fake-13.0.dist-info/METADATA").startswith(
+            b"Metadata-Version: 2.1\nName: nvidia-fake\n")
+        assert 0 < reg.sent[filename] < len(reg.bodies[filename]) // 4  # not the wheel: its directory and METADATA
+    reg, filename = _nvidia_registry(core_metadata=False, record_lies=True)
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store2", upstream) as m:
+        standin = m.index.removesuffix("simple/") + "standin/simple/"
+        (entry,) = json.loads(_get(standin + "nvidia-fake/"))["files"]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(urllib.parse.urljoin(standin, entry["url"]))
+        assert e.value.code == 404 and not list((tmp_path / "store2").rglob("*.standin"))
+        (real,) = _files(m, "nvidia-fake")  # the plain index: PyPI's wheel, whole
+        assert real["hashes"] == reg.files["nvidia-fake"][0]["hashes"] and _get(real["url"]) == reg.bodies[filename]
+
+
+@pytest.mark.parametrize("core_metadata", [True, False])
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_pip_and_uv_resolve_through_the_standin_index_as_through_pypi(tmp_path, installer, core_metadata):
+    reg, filename = _nvidia_registry(core_metadata)
+    with reg.serve() as upstream, pypi_mirror.serving(tmp_path / "store", upstream) as m:
+        target = tmp_path / "target"
+        env = dict(venvs.pip_env(), UV_NO_CONFIG="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+                   PIP_INDEX_URL=m.index.removesuffix("simple/") + "standin/simple/")
+        env["UV_INDEX_URL"] = env["PIP_INDEX_URL"]
+        cmd = [sys.executable, "-m", installer] + (["pip"] if installer == "uv" else []) + \
+            ["install", "-q", "--target", str(target), "nvidia-fake==13.0"] + \
+            (["--python", sys.executable] if installer == "uv" else [])
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert (target / "tiny" / "__init__.py").is_file()  # its requirement, resolved from PyPI's metadata
+        assert (target / "nvidia_fake-13.0.dist-info" / pypi_mirror.STANDIN_NOTE).is_file()
+        assert not (target / "nvidia").exists() and reg.sent.get(filename, 0) < len(reg.bodies[filename]) // 4
+
+
+def test_the_suites_standin_index_is_the_mirrors(monkeypatch):
+    monkeypatch.setenv(pypi_mirror.ENV, "http://127.0.0.1:20001/simple/")
+    assert pypi_mirror.standin_url() == "http://127.0.0.1:20001/standin/simple/"
+    assert venvs.index_env(standins=True)["PIP_INDEX_URL"] == venvs.index_env(standins=True)["UV_INDEX_URL"] == \
+        "http://127.0.0.1:20001/standin/simple/"
+    monkeypatch.setenv(pypi_mirror.ENV, "off")
+    assert pypi_mirror.standin_url() is None and venvs.index_env(standins=True) == {}
