@@ -47,9 +47,20 @@ def _elf_files(root: Path) -> list[Path]:
     return out
 
 
-def system_libraries() -> dict[str, Path]:
-    """The system's shared libraries by file name, as the loader finds them (its cache, then its default folders)."""
+def system_libraries(sysroot: Path | None = None) -> dict[str, Path]:
+    """The system's shared libraries by file name, as the loader finds them (its cache, then its default folders).
+    sysroot: another system's root file system (a Debian root of another CPython or architecture): its default
+    folders and their multiarch ones, each link followed inside that root."""
     found: dict[str, Path] = {}
+    if sysroot is not None:
+        for d in SYSTEM_DIRS:
+            base = sysroot / d.lstrip("/")
+            for folder in [base, *sorted(base.glob("*-linux-gnu*"))] if base.is_dir() else []:
+                for p in sorted(folder.glob("*.so*")):
+                    target = _inside(sysroot, p)
+                    if target is not None:
+                        found.setdefault(p.name, target)
+        return found
     for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
         if os.access(ldconfig, os.X_OK):
             r = subprocess.run([ldconfig, "-p"], capture_output=True, text=True)
@@ -60,6 +71,14 @@ def system_libraries() -> dict[str, Path]:
         for p in Path(d).glob("*.so*") if Path(d).is_dir() else []:
             found.setdefault(p.name, p)
     return found
+
+
+def _inside(sysroot: Path, path: Path, hops: int = 16) -> Path | None:
+    """path's file with each link (absolute ones too) followed inside sysroot; None where it leads nowhere."""
+    while path.is_symlink() and hops:
+        link = Path(os.readlink(path))
+        path, hops = (sysroot / link.relative_to("/") if link.is_absolute() else path.parent / link), hops - 1
+    return path if path.is_file() else None
 
 
 def _needed(path: Path) -> tuple[list[str], list[Path]]:
@@ -87,10 +106,13 @@ def _interpreter_files(interpreter: Path) -> list[str]:
     return [f for f in r.stdout.splitlines() if os.path.isfile(f)]
 
 
-def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -> dict[str, dict[str, tuple]]:
+def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
+         sysroot: Path | None = None) -> dict[str, dict[str, tuple]]:
     """{missing soname: {symbol: (type, version or None)}} for the ELF files under root (a site-packages) run by
     interpreter: what a stub of each NVIDIA library that root's files NEED and the install lacks must define.
-    system: the system's libraries (default: the loader's), whose symbols nothing stubs."""
+    system: the system's libraries (default: the loader's), whose symbols nothing stubs. sysroot: the root file
+    system the install runs in (another CPython's or architecture's): its libraries are the system's, and
+    interpreter, a path inside it, is read, not run."""
     files = _elf_files(root)
     # What loading the install's own modules loads, found as the loader finds it (the importer's RUNPATH): every
     # library outside NVIDIA's folder (torch's, OEq's, Triton's) and what it NEEDS, transitively; not
@@ -113,10 +135,11 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None) -
                 missing.add(n)
     if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
         return {}
-    system = system_libraries() if system is None else system
+    system = system_libraries(sysroot) if system is None else system
     symbols = {p: _symbols(p) for p in needs}
     defined = set().union(*(d for _, d in symbols.values()))
-    for lib in {*_interpreter_files(interpreter)} | {str(system[n]) for needed in needs.values() for n in needed
+    python = [str(_inside(sysroot, interpreter))] if sysroot else _interpreter_files(interpreter)
+    for lib in {*python} | {str(system[n]) for needed in needs.values() for n in needed
                                                     if n in system and n not in missing}:
         defined |= _symbols(Path(lib))[1]
     out: dict[str, dict[str, tuple]] = {n: {} for n in missing}
@@ -158,11 +181,12 @@ def _version_script(symbols: dict[str, tuple]) -> str:
     return "".join(f"{v} {{ global: {' '.join(s + ';' for s in names)} }};\n" for v, names in nodes.items())
 
 
-def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc") -> list[Path]:
+def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc", sysroot: Path | None = None) -> list[Path]:
     """Write a stub for each library root's files need and nobody has into out; return them (none: nothing is
-    missing, as in an install with NVIDIA's wheels)."""
+    missing, as in an install with NVIDIA's wheels). cc: a compiler for the install's architecture; sysroot: as
+    plan's."""
     made = []
-    for soname, symbols in sorted(plan(root, interpreter).items()):
+    for soname, symbols in sorted(plan(root, interpreter, sysroot=sysroot).items()):
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             src, script = Path(tmp) / "stub.c", Path(tmp) / "stub.map"

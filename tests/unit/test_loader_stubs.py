@@ -100,3 +100,31 @@ def test_requirements_without_nvidia_keep_the_rest_and_what_fastmaces_runtime_lo
         'nvidia-cuda-runtime-cu12==77.8.90; platform_system == "Linux"',
         'cuda-bindings<78,>=77.0.1; platform_system == "Linux"', 'triton~=77.2.0; platform_system == "Linux"',
         'pyyaml; extra == "pyyaml"']
+
+
+def test_in_another_root_its_libraries_and_its_interpreter_define_what_is_not_stubbed(install, tmp_path):
+    """A Debian root of another CPython or architecture: what its libraries (found through its own links, absolute
+    ones too) and its interpreter (read, not run) define is not put in a stub; what nothing defines is."""
+    root, real = install
+    sysroot = tmp_path / "sysroot"
+    multiarch = sysroot / "usr" / "lib" / "x86_64-linux-gnu"
+    multiarch.mkdir(parents=True)
+    (sysroot / "lib").symlink_to("usr/lib")  # merged /usr, as Debian's
+    (real / "sys.c").write_text("int sysfn(void) { return 0; }\n")
+    gcc("-Wl,-soname,libsysX.so.1", "-o", multiarch / "libsysX.so.1.2", real / "sys.c")
+    (multiarch / "libsysX.so.1").symlink_to("/usr/lib/x86_64-linux-gnu/libsysX.so.1.2")  # absolute: inside the root
+    (sysroot / "usr" / "bin").mkdir()
+    (real / "py.c").write_text("int PyFakeAPI(void) { return 0; }\n")
+    gcc("-o", sysroot / "usr" / "bin" / "python3.99", real / "py.c")
+    (real / "imp3.c").write_text("extern int sysfn(void); extern int PyFakeAPI(void); extern int ncclXInit(void);\n"
+                                 "int imp3(void) { return sysfn() + PyFakeAPI() + ncclXInit(); }\n")
+    site = tmp_path / "site3"
+    (site / "pkg").mkdir(parents=True)
+    gcc("-o", site / "pkg" / "libimp3.so", real / "imp3.c", f"-L{real}", f"-L{multiarch}", "-l:libsysX.so.1.2",
+        "-l:libncclX.so.1", "-Wl,--unresolved-symbols=ignore-all")
+    python = Path("/usr/bin/python3.99")
+    assert loader_stubs.system_libraries(sysroot)["libsysX.so.1"] == multiarch / "libsysX.so.1.2"
+    assert loader_stubs.plan(site, sysroot / python.relative_to("/"), sysroot=sysroot) == {
+        "libncclX.so.1": {"ncclXInit": ("STT_FUNC", None)}}
+    assert set(loader_stubs.plan(site, Path(sys.executable), system={})["libncclX.so.1"]) == {
+        "ncclXInit", "sysfn", "PyFakeAPI"}  # without the root, nothing defines them
