@@ -202,8 +202,9 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
 
 NVIDIA_REQUIREMENT = re.compile(r"(nvidia-|cuda-toolkit\b)", re.I)  # NVIDIA's wheels, and the one that names them
 # Kept: the CUDA libraries FastMACE's runtime looks for before OEq loads (fastmace.kernels._oeq_runtime: cudart,
-# nvrtc, cublas with their headers), by their wheels' names and as cuda-toolkit's extras.
-RUNTIME_WHEEL = re.compile(r"nvidia-(cuda-runtime|cuda-nvrtc|cublas)\b", re.I)
+# nvrtc, cublas with their headers, CUDA 13's in nvidia/cu13 only), by their wheels' names and as cuda-toolkit's
+# extras; a CUDA 12 torch's (nvidia-*-cu12) are none it looks for.
+RUNTIME_WHEEL = re.compile(r"nvidia-(cuda-runtime|cuda-nvrtc|cublas)(-cu13)?(?![\w-])", re.I)
 RUNTIME_EXTRAS = ("cudart", "nvrtc", "cublas")
 TOOLKIT = re.compile(r"cuda-toolkit\[([^\]]*)\]", re.I)
 

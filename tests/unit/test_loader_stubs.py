@@ -87,17 +87,19 @@ def test_an_install_with_its_libraries_gets_no_stub(install):
 
 
 def test_requirements_without_nvidia_keep_the_rest_and_what_fastmaces_runtime_looks_for():
-    """FastMACE's runtime checks cudart, nvrtc and cuBLAS (with headers) before OEq loads: those wheels stay."""
+    """FastMACE's runtime checks CUDA 13's cudart, nvrtc and cuBLAS (with headers, in nvidia/cu13) before OEq loads:
+    those wheels stay; a CUDA 12 torch's are none it looks for."""
     from oeq_wheels.checks.venvs import requirements_without_nvidia
     meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart,cufft,nvrtc]==77.0.1; "
             "platform_system == \"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
             "Requires-Dist: nvidia-cuda-runtime-cu12==77.8.90; platform_system == \"Linux\"\n"
+            "Requires-Dist: nvidia-cublas==77.1; platform_system == \"Linux\"\n"
             "Requires-Dist: nvidia-nccl-cu12==77.3; platform_system == \"Linux\"\n"
             "Requires-Dist: cuda-bindings<78,>=77.0.1; platform_system == \"Linux\"\nRequires-Dist: triton~=77.2.0; "
             "platform_system == \"Linux\"\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
     assert requirements_without_nvidia(meta) == [
         "filelock", 'cuda-toolkit[cublas,cudart,nvrtc]==77.0.1; platform_system == "Linux"',
-        'nvidia-cuda-runtime-cu12==77.8.90; platform_system == "Linux"',
+        'nvidia-cublas==77.1; platform_system == "Linux"',
         'cuda-bindings<78,>=77.0.1; platform_system == "Linux"', 'triton~=77.2.0; platform_system == "Linux"',
         'pyyaml; extra == "pyyaml"']
 
