@@ -42,7 +42,7 @@ from ..files import default_cache, keep_dir
 from ..output import extra_dir
 from ..tags import wheel_arch
 from ..release import site as site_mod
-from . import emulated, hosts
+from . import emulated, hosts, loader_stubs, pypi_mirror
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
@@ -177,10 +177,13 @@ def _install_command(case: Case, pins: pins_mod.Pins, args: list[str], base_pyth
 
 
 def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
-             with_fastmace: bool, env_extra: dict | None = None) -> Case:
+             with_fastmace: bool, env_extra: dict | None = None, standins: bool = False) -> Case:
     """One fresh install of ARGS (pip or uv), compilers hidden before it; then the checks.
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
+    standins: PyPI through the session mirror's stand-in index (pypi_mirror.py: NVIDIA's library wheels and Triton
+    as their metadata alone, resolved as PyPI's), and load stubs for the libraries they leave out; no GPU is
+    called either way. Without a mirror (a run outside the suite), PyPI's wheels whole.
     """
     # Where a failed or --keep case stays (files.keep_dir), outside the run's own temporary directory.
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.python or 'venv'}-"
@@ -191,7 +194,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     # In a Debian root, its own PATH: this host's CPythons (bound in with its folders) are not that system's.
     path = "/usr/local/bin:/usr/bin:/bin" if case.rooted else env["PATH"]
-    env.update(venvs.index_env(), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
+    standins = standins and pypi_mirror.standin_url() is not None
+    env.update(venvs.index_env(standins), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
                TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})
     try:
@@ -206,10 +210,15 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         site = site or Path(proc.run([*runner, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                      capture_output=True, text=True, check=True).stdout.strip())
         mods = sorted((site / "openequivariance" / "_torch" / "extlib").glob("oeq_stable_cuda*.so"))
+        cc, stub_dir, stubbed = cross_toolchain(case.line.arch).cc if case.foreign else "gcc", work / "libcuda-stub", []
         if mods and (case.foreign or not has_gpu()):  # a stub driver of the library's architecture
-            cc = cross_toolchain(case.line.arch).cc if case.foreign else "gcc"
-            run_env["LD_LIBRARY_PATH"] = driver_stub.loader_path(driver_stub.stub_for_library(mods[0], work / "libcuda-stub", cc).parent,
-                                                          run_env)
+            driver_stub.stub_for_library(mods[0], stub_dir, cc)
+        if standins:  # NVIDIA's libraries the stand-ins left out: load stubs of what the install takes from them
+            root = emulated.rootfs(case.line.arch, case.python, default_cache()) if case.python else None
+            interpreter = root / "usr" / "bin" / f"python{case.python}" if root else Path(runner[-1])
+            stubbed = loader_stubs.make(site, interpreter, stub_dir, cc, sysroot=root)
+        if stub_dir.is_dir():
+            run_env["LD_LIBRARY_PATH"] = driver_stub.loader_path(stub_dir, run_env)
         if with_fastmace:
             run_env["FASTMACE_OEQ_PREBUILT"] = "1"  # nothing may be compiled
         t0 = time.monotonic()
@@ -228,6 +237,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
                 f"our {Path(check['module']).name}" if case.rooted and check and check["module"] else "our binary wheel"
             case.path = (f"OEq precompiled ({whose})" if check and check["precompiled"] else
                          f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
+            if standins:
+                case.path += f"; NVIDIA's wheels stand-ins, {len(stubbed)} load stubs"
         why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
         if check is None:
             why.append(c.stderr.strip()[-500:])
@@ -294,10 +305,12 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None, arches: list[str] | None = None,
-        emulated_pythons: list[str] | None = None, uv_cache: Path | None = None, plain: bool = True) -> int:
+        emulated_pythons: list[str] | None = None, uv_cache: Path | None = None, plain: bool = True,
+        standins: bool = False) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR.
     uv_cache: uv's cache for the uv cases (default: uv's own, as a user's uv install uses).
-    plain: the rows of this host's own CPython too (False: only those of CPythons in a Debian root)."""
+    plain: the rows of this host's own CPython too (False: only those of CPythons in a Debian root).
+    standins: NVIDIA's library wheels and Triton as stand-ins (run_case)."""
     pins = pins_mod.load()
     cases = plan(pins, torches, installers, arches, emulated_pythons, plain)
     outdir = Path(outdir).resolve()
@@ -320,7 +333,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, base, keep, say, with_fastmace,
-                         {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None)
+                         {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None, standins)
                 say(f"{case.label}: {case.result}")
     print(table(cases))
     if not all(c.ok for c in cases):

@@ -272,11 +272,12 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
 
 def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,
-                             dest: Path, uv_cache: Path | None = None) -> tuple[list[str], Path]:
+                             dest: Path, uv_cache: Path | None = None,
+                             nvidia: bool = True) -> tuple[list[str], Path]:
     """pypi_torch_venv's contents for another architecture: a venv of the emulated CPython X.Y of `arch` at dest
     (oeq_wheels.checks.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
-    Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). Returns (the command that
-    runs its interpreter under qemu, its site-packages)."""
+    Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). nvidia=False: as
+    pypi_torch_venv's. Returns (the command that runs its interpreter under qemu, its site-packages)."""
     import sys
     from . import emulated
     runner, site = emulated.venv(arch, python, emulated.rootfs(arch, python, cache), dest)
@@ -284,7 +285,12 @@ def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, 
     env = uv_env(uv_cache)
     target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
-    proc.run(target + [f"torch=={torch_version}"], check=True, env=env)
+    proc.run(target + [*([] if nvidia else ["--no-deps"]), f"torch=={torch_version}"], check=True, env=env)
+    if not nvidia:  # then torch's requirements, but NVIDIA's wheels (as pypi_torch_venv's)
+        (meta,) = site.glob("torch-*.dist-info/METADATA")
+        rest = dest / "torch-requirements-without-nvidia.txt"
+        rest.write_text("".join(f"{r}\n" for r in requirements_without_nvidia(meta.read_text())))
+        proc.run(target + ["-r", str(rest)], check=True, env=env)
     proc.run(target + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
     proc.run(target + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
     return runner, site

@@ -10,6 +10,7 @@ uv cache of this module's (aarch64_uv_cache).
 import dataclasses
 import importlib.metadata as md
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from oeq_wheels.checks import venvs
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
-from oeq_wheels.checks import emulated, installmatrix
+from oeq_wheels.checks import emulated, installmatrix, loader_stubs
 
 pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
 
@@ -197,10 +198,12 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
     every tested torch. Served as the release serves the site; raises on any failure."""
     floor = P.load().oeq_line("cu130", "aarch64").tested_torch[0]
     assert installmatrix.run(abi3_set, [floor], [installer], "3.11", arches=["aarch64"],
-                             emulated_pythons=[python], uv_cache=aarch64_uv_cache) == 0
+                             emulated_pythons=[python], uv_cache=aarch64_uv_cache, standins=True) == 0
     table = capsys.readouterr().out
     assert f"{floor}  cu130 aarch64 py{python}  {installer}" in table and \
         "OEq precompiled (our aarch64 wheel; emulated import" in table and "PASS" in table
+    # NVIDIA's aarch64 wheels as stand-ins (~2 GB PyPI never sends): what torch and OEq take from them is stubbed
+    assert re.search(r"NVIDIA's wheels stand-ins, ([1-9]\d*) load stubs", table), table
 
 
 def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
@@ -213,8 +216,10 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     pins = P.load()
     line = pins.oeq_line("cu130")
     torch, python = line.tested_torch[0], "3.11"
+    # As FastMACE's rules on another CUDA 13 torch (test_fastmace_rules.py venv_for): of NVIDIA's wheels only those
+    # FastMACE's runtime looks for; load stubs (of this root's architecture) for the rest, which nothing calls here.
     runner, site = venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv",
-                                                 aarch64_uv_cache)
+                                                 aarch64_uv_cache, nvidia=False)
     r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
                         "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",
                         python, str(cp311_oeq_aarch64_wheel)],
@@ -223,8 +228,11 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     assert r.returncode == 0, r.stderr[-3000:]
     extlib = site / "openequivariance" / "_torch" / "extlib"
     mods = sorted(extlib.glob("*.so"))
+    cross = cc.cross_toolchain(emulation).cc
     stub_dir = driver_stub.make_stub(driver_stub.undefined_driver_symbols(mods, dynamic=True), tmp_path / "stub",
-                              cc.cross_toolchain(emulation).cc).parent
+                                     cross).parent
+    root = emulated.rootfs(emulation, python, default_cache())
+    assert loader_stubs.make(site, root / "usr" / "bin" / f"python{python}", stub_dir, cross, sysroot=root)
     venv = tmp_path / "venv"
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False, runner=runner)
     assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
