@@ -200,7 +200,9 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
     shutil.rmtree(old)
 
 
-NVIDIA_REQUIREMENT = re.compile(r"(nvidia-|cuda-toolkit\b)", re.I)  # NVIDIA's wheels, and the one that names them
+# What a check that loads torch and runs nothing of CUDA leaves out: NVIDIA's wheels (and cuda-toolkit, which names
+# them), and Triton, the compiler torch imports only when asked to compile (torch.compile, FastMACE's kernels).
+LOAD_ONLY_LEFT_OUT = re.compile(r"(nvidia-|cuda-toolkit\b|triton\b)", re.I)
 # Kept: the CUDA libraries FastMACE's runtime looks for before OEq loads (fastmace.kernels._oeq_runtime: cudart,
 # nvrtc, cublas with their headers, CUDA 13's in nvidia/cu13 only), by their wheels' names and as cuda-toolkit's
 # extras; a CUDA 12 torch's (nvidia-*-cu12) are none it looks for.
@@ -209,9 +211,10 @@ RUNTIME_EXTRAS = ("cudart", "nvrtc", "cublas")
 TOOLKIT = re.compile(r"cuda-toolkit\[([^\]]*)\]", re.I)
 
 
-def requirements_without_nvidia(metadata: str) -> list[str]:
-    """A distribution's Requires-Dist lines (markers kept, for the installer to judge) without NVIDIA's wheels but
-    those FastMACE's runtime looks for (RUNTIME_WHEEL; cuda-toolkit's extras narrowed to RUNTIME_EXTRAS)."""
+def load_only_requirements(metadata: str) -> list[str]:
+    """A distribution's Requires-Dist lines (markers kept, for the installer to judge) without what LOAD_ONLY_LEFT_OUT
+    names, but NVIDIA's wheels FastMACE's runtime looks for (RUNTIME_WHEEL; cuda-toolkit's extras narrowed to
+    RUNTIME_EXTRAS)."""
     out = []
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
@@ -222,13 +225,13 @@ def requirements_without_nvidia(metadata: str) -> list[str]:
             kept = [e for e in toolkit.group(1).split(",") if e.strip() in RUNTIME_EXTRAS]
             if kept:
                 out.append(TOOLKIT.sub(f"cuda-toolkit[{','.join(kept)}]", req, count=1))
-        elif RUNTIME_WHEEL.match(req) or not NVIDIA_REQUIREMENT.match(req):
+        elif RUNTIME_WHEEL.match(req) or not LOAD_ONLY_LEFT_OUT.match(req):
             out.append(req)
     return out
 
 
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
-                    index_url: str | None = None, transient: Path | None = None, nvidia: bool = True) -> Path:
+                    index_url: str | None = None, transient: Path | None = None, whole: bool = True) -> Path:
     """cache/venvs/pypi-torch-<torch_version>-cpXY-<lock>: torch as `pip install torch==X` gets it from PyPI
     (or `index_url`), OEq's import-time dependencies (requirements/consumer.txt) and the pinned consumer
     (FastMACE 1.0.0 and filelock), installed with uv (its cache makes a second venv of the same wheels cheap);
@@ -236,10 +239,10 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
     transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
     torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install).
-    nvidia=False: torch and its other requirements, of NVIDIA's wheels only those FastMACE's runtime looks for
+    whole=False: torch and its other requirements, of NVIDIA's wheels only those FastMACE's runtime looks for
     (cudart, nvrtc, cuBLAS; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest, about 2 GB,
-    neither fetched nor held), for a check that loads torch's CUDA libraries and calls none of them: loader_stubs
-    stands in for the missing ones."""
+    neither fetched nor held), without Triton (~0.2 GB), for a check that loads torch's CUDA libraries and calls none
+    of them and compiles nothing: loader_stubs stands in for the missing libraries (load_only_requirements)."""
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
@@ -251,18 +254,18 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
         py = str(venv / "bin" / "python")
         proc.run(uv + ["venv", "-q", "--seed", "--python", interp.executable, str(venv)], check=True, env=env)
         index = ["--index-url", index_url] if index_url else []
-        proc.run(uv + ["pip", "install", "-q", "--python", py, *([] if nvidia else ["--no-deps"]),
+        proc.run(uv + ["pip", "install", "-q", "--python", py, *([] if whole else ["--no-deps"]),
                        f"torch=={torch_version}", *index], check=True, env=env)
-        if not nvidia:  # then torch's requirements, but NVIDIA's wheels
+        if not whole:  # then torch's requirements that a load-only check uses
             (meta,) = site_packages(venv).glob("torch-*.dist-info/METADATA")
-            rest = venv / "torch-requirements-without-nvidia.txt"
-            rest.write_text("".join(f"{r}\n" for r in requirements_without_nvidia(meta.read_text())))
+            rest = venv / "torch-requirements-load-only.txt"
+            rest.write_text("".join(f"{r}\n" for r in load_only_requirements(meta.read_text())))
             proc.run(uv + ["pip", "install", "-q", "--python", py, "-r", str(rest), *index], check=True, env=env)
         proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r",
                        str(CONSUMER_LOCK)], check=True, env=env)
         proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps",
                        *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
-    if not nvidia and not transient:
+    if not whole and not transient:
         raise ValueError("a venv without NVIDIA's wheels is a test's own (transient): the shared ones are whole")
     if transient:  # the caller's own folder: nothing to share or reuse
         shutil.rmtree(transient / "venv", ignore_errors=True)
@@ -273,10 +276,10 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
 def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, python: str,
                              dest: Path, uv_cache: Path | None = None,
-                             nvidia: bool = True) -> tuple[list[str], Path]:
+                             whole: bool = True) -> tuple[list[str], Path]:
     """pypi_torch_venv's contents for another architecture: a venv of the emulated CPython X.Y of `arch` at dest
     (oeq_wheels.checks.emulated), filled for that platform by uv (hard links into its cache: a few seconds).
-    Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). nvidia=False: as
+    Not cached: it is the test's own. uv_cache: uv's cache for it (default: uv's own). whole=False: as
     pypi_torch_venv's. Returns (the command that runs its interpreter under qemu, its site-packages)."""
     import sys
     from . import emulated
@@ -285,11 +288,11 @@ def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, 
     env = uv_env(uv_cache)
     target = [sys.executable, "-m", "uv", "pip", "install", "-q", "--target", str(site), "--python-platform",
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
-    proc.run(target + [*([] if nvidia else ["--no-deps"]), f"torch=={torch_version}"], check=True, env=env)
-    if not nvidia:  # then torch's requirements, but NVIDIA's wheels (as pypi_torch_venv's)
+    proc.run(target + [*([] if whole else ["--no-deps"]), f"torch=={torch_version}"], check=True, env=env)
+    if not whole:  # then torch's requirements that a load-only check uses (as pypi_torch_venv's)
         (meta,) = site.glob("torch-*.dist-info/METADATA")
-        rest = dest / "torch-requirements-without-nvidia.txt"
-        rest.write_text("".join(f"{r}\n" for r in requirements_without_nvidia(meta.read_text())))
+        rest = dest / "torch-requirements-load-only.txt"
+        rest.write_text("".join(f"{r}\n" for r in load_only_requirements(meta.read_text())))
         proc.run(target + ["-r", str(rest)], check=True, env=env)
     proc.run(target + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
     proc.run(target + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)

@@ -219,7 +219,7 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     # As FastMACE's rules on another CUDA 13 torch (test_fastmace_rules.py venv_for): of NVIDIA's wheels only those
     # FastMACE's runtime looks for; load stubs (of this root's architecture) for the rest, which nothing calls here.
     runner, site = venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv",
-                                                 aarch64_uv_cache, nvidia=False)
+                                                 aarch64_uv_cache, whole=False)
     r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
                         "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",
                         python, str(cp311_oeq_aarch64_wheel)],

@@ -21,8 +21,8 @@ Unpatched FastMACE's rows stay in test_fastmace.py; the aarch64 row (under qemu)
 other emulated installs, whose uv cache it shares.
 
 Cost: a uv venv per torch (the cu130 line's and the cu128 line's). The matrix's torch is the cached venv other tests
-share, NVIDIA's wheels included; every other torch's venv (torch and its requirements but most of NVIDIA's wheels,
-with load stubs for the missing libraries: nothing here calls into CUDA) and its own uv cache live in the test's
+share, NVIDIA's wheels included; every other torch's venv (torch and its requirements but most of NVIDIA's wheels
+and Triton, with load stubs for the missing libraries: nothing here calls into CUDA or compiles) and its own uv cache live in the test's
 tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run installs them
 again. Then the file runs in a few minutes.
 """
@@ -133,13 +133,13 @@ def venv_for(torch: str, tmp_path: Path) -> Path:
     """The test's own venv: an overlay of the cached one for the matrix's torch (which other tests share), else one
     made in tmp_path with its own uv cache, gone with tmp_path when the test passes (a torch only this file uses:
     the suite's peak disk holds one such stack at a time instead of five). Those other torches come without most of
-    NVIDIA's wheels (all but cudart, NVRTC and cuBLAS, which FastMACE's runtime looks for; ~2 GB less each, fetched
-    again every run): nothing here calls into CUDA, and load stubs made from what the install needs stand in for the
-    missing libraries (driver_stub(..., venv); oeq_wheels/checks/loader_stubs.py)."""
+    NVIDIA's wheels (all but CUDA 13's cudart, NVRTC and cuBLAS, which FastMACE's runtime looks for; ~2 GB less each)
+    and without Triton: nothing here calls into CUDA or compiles, and load stubs made from what the install needs
+    stand in for the missing libraries (driver_stub(..., venv); oeq_wheels/checks/loader_stubs.py)."""
     pins = P.load()
     if torch == pins.matrix.torch_version:
         return venvs.overlay(venvs.pypi_torch_venv(pins, default_cache(), torch), tmp_path / f"venv-{torch}")
-    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}", nvidia=False)
+    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}", whole=False)
 
 
 site_of = venvs.site_packages

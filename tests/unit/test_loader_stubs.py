@@ -86,10 +86,10 @@ def test_an_install_with_its_libraries_gets_no_stub(install):
     assert loader_stubs.plan(root, Path(sys.executable), system={}) == {}
 
 
-def test_requirements_without_nvidia_keep_the_rest_and_what_fastmaces_runtime_looks_for():
+def test_load_only_requirements_keep_the_rest_and_what_fastmaces_runtime_looks_for():
     """FastMACE's runtime checks CUDA 13's cudart, nvrtc and cuBLAS (with headers, in nvidia/cu13) before OEq loads:
-    those wheels stay; a CUDA 12 torch's are none it looks for."""
-    from oeq_wheels.checks.venvs import requirements_without_nvidia
+    those wheels stay; a CUDA 12 torch's are none it looks for. Triton, which compiles, is left out."""
+    from oeq_wheels.checks.venvs import load_only_requirements
     meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart,cufft,nvrtc]==77.0.1; "
             "platform_system == \"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
             "Requires-Dist: nvidia-cuda-runtime-cu12==77.8.90; platform_system == \"Linux\"\n"
@@ -97,10 +97,10 @@ def test_requirements_without_nvidia_keep_the_rest_and_what_fastmaces_runtime_lo
             "Requires-Dist: nvidia-nccl-cu12==77.3; platform_system == \"Linux\"\n"
             "Requires-Dist: cuda-bindings<78,>=77.0.1; platform_system == \"Linux\"\nRequires-Dist: triton~=77.2.0; "
             "platform_system == \"Linux\"\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
-    assert requirements_without_nvidia(meta) == [
+    assert load_only_requirements(meta) == [
         "filelock", 'cuda-toolkit[cublas,cudart,nvrtc]==77.0.1; platform_system == "Linux"',
         'nvidia-cublas==77.1; platform_system == "Linux"',
-        'cuda-bindings<78,>=77.0.1; platform_system == "Linux"', 'triton~=77.2.0; platform_system == "Linux"',
+        'cuda-bindings<78,>=77.0.1; platform_system == "Linux"',
         'pyyaml; extra == "pyyaml"']
 
 
