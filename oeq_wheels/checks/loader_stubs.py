@@ -138,6 +138,8 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
     system = system_libraries(sysroot) if system is None else system
     symbols = {p: _symbols(p) for p in needs}
     defined = set().union(*(d for _, d in symbols.values()))
+    if sysroot and _inside(sysroot, interpreter) is None:
+        raise LoaderStubError(f"load stubs: no interpreter {interpreter} in the root {sysroot}")
     python = [str(_inside(sysroot, interpreter))] if sysroot else _interpreter_files(interpreter)
     for lib in {*python} | {str(system[n]) for needed in needs.values() for n in needed
                                                     if n in system and n not in missing}:

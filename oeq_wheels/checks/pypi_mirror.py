@@ -16,7 +16,7 @@ points pip (PIP_INDEX_URL) and uv (UV_INDEX_URL) at it. OEQ_WHEELS_PYPI_MIRROR=o
 The port is stable per store (hosts.stable_port): uv keys its cache by the index's URL, port included.
 
 Its second index, /standin/simple/ (standin_url()), is PyPI's own pages with one difference: NVIDIA's library
-wheels and Triton (STANDIN) are stand-ins, each a wheel of the same file name holding PyPI's core metadata of it
+wheels and Triton (STANDIN) are stand-ins, each a wheel of the same file name holding the real wheel's METADATA
 (its requirements, as the resolver sees them) and none of its files. A plain `pip install torch==X ...` through it
 resolves exactly as through PyPI and installs torch whole, without the ~2.5 GB of libraries that a check on a
 machine without a GPU loads and never calls into; load stubs (loader_stubs.py) stand in for those libraries at
@@ -83,15 +83,15 @@ def is_standin_file(project: str, filename: str) -> bool:
 
 
 def standin_wheel(filename: str, metadata: bytes) -> bytes:
-    """The stand-in of PyPI's wheel `filename`: its .dist-info with PyPI's core metadata byte for byte, a WHEEL of the
-    file name's tags and a note; no other file. The same bytes for the same input (fixed times, sorted entries)."""
+    """The stand-in of PyPI's wheel `filename`: a .dist-info with its METADATA byte for byte, a WHEEL of the file
+    name's tags and a note; no other file. The same bytes for the same input (fixed times, sorted entries)."""
     parts = filename[:-len(".whl")].split("-")
     dist_info = f"{parts[0]}-{parts[1]}.dist-info"
     pythons, abis, platforms = (t.split(".") for t in parts[-3:])
     wheel = "Wheel-Version: 1.0\nGenerator: oeq-wheels (test stand-in)\nRoot-Is-Purelib: false\n" + "".join(
         f"Tag: {p}-{a}-{pl}\n" for p in pythons for a in abis for pl in platforms)
-    note = (f"A stand-in for {filename} made by oeq-wheels' test mirror of PyPI: PyPI's core metadata of it and none "
-            f"of its files. Never published.\n")
+    note = (f"A stand-in for {filename} made by oeq-wheels' test mirror of PyPI: its METADATA and none of its "
+            f"files. Never published.\n")
     members = {f"{dist_info}/METADATA": metadata, f"{dist_info}/WHEEL": wheel.encode(),
                f"{dist_info}/{STANDIN_NOTE}": note.encode()}
     record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
@@ -201,13 +201,16 @@ class Mirror:
             return data
         kept = self.path(sha256, name)
         if kept.is_file():
-            return _own_metadata(zipfile.ZipFile(kept), name)
+            try:
+                return _own_metadata(zipfile.ZipFile(kept), name)
+            except (zipfile.BadZipFile, KeyError) as exc:
+                raise OSError(f"{name}: {exc}") from None
         if not size:
             raise OSError(f"{name}: PyPI's page gives no size, so it cannot be read by range")
         reader = registry._RangeReader(registry.File(name, source, sha256, size, False))
         try:
             return _own_metadata(zipfile.ZipFile(io.BufferedReader(reader, 1 << 16)), name)
-        except (registry.RegistryError, zipfile.BadZipFile) as exc:
+        except (registry.RegistryError, zipfile.BadZipFile, KeyError) as exc:
             raise OSError(f"{name}: {exc}") from None
         finally:
             with self.lock:
@@ -215,8 +218,9 @@ class Mirror:
 
 
 def _own_metadata(zf: zipfile.ZipFile, name: str) -> bytes:
-    """A wheel's .dist-info/METADATA, of the sha256 its RECORD gives it."""
-    dist_info = "-".join(name.split("-")[:2]) + ".dist-info/"
+    """A wheel's .dist-info/METADATA, of the sha256 its RECORD gives it (KeyError where it has none)."""
+    dist_info = next((n.removesuffix("METADATA") for n in zf.namelist()
+                      if n.endswith(".dist-info/METADATA") and n.count("/") == 1), "?.dist-info/")
     data, record = zf.read(dist_info + "METADATA"), zf.read(dist_info + "RECORD").decode()
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     if f"{dist_info}METADATA,sha256={digest}," not in record:
@@ -352,7 +356,7 @@ def _handler(mirror: Mirror):
             return (sha, name, path, source) if path and (path.is_file() or source) else None
 
         def _standin(self) -> Path | None:
-            """The stand-in a /standin/files/ request names (its core metadata is the wheel's own: /files/)."""
+            """The stand-in a /standin/files/ request names, or None (after a line in the log where making it failed)."""
             m = re.fullmatch(r"/standin/files/([0-9a-f]{64})/([^/]+\.whl)", self.path)
             if not m:
                 return None
@@ -362,11 +366,15 @@ def _handler(mirror: Mirror):
                 self.log_error("stand-in of %s: %s", m.group(2), exc)
                 return None
 
+        def _unprefix_metadata(self):
+            """A stand-in's core metadata is its wheel's: /standin/files/X.metadata is /files/X.metadata."""
+            if self.path.startswith("/standin/files/") and self.path.endswith(".metadata"):
+                self.path = self.path.removeprefix("/standin")
+
         def do_HEAD(self):
             """uv asks before it fetches, whether ranges are offered: with them it reads a wheel's requirements from
             a few ranges rather than fetching it whole twice (once to resolve, once to install)."""
-            if self.path.startswith("/standin/files/") and self.path.endswith(".metadata"):
-                self.path = self.path.removeprefix("/standin")
+            self._unprefix_metadata()
             if self.path.startswith("/standin/files/"):
                 path = self._standin()
                 if not path:
@@ -384,8 +392,7 @@ def _handler(mirror: Mirror):
             self.end_headers()
 
         def do_GET(self):
-            if self.path.startswith("/standin/files/") and self.path.endswith(".metadata"):
-                self.path = self.path.removeprefix("/standin")
+            self._unprefix_metadata()
             if self.path.startswith("/standin/files/"):
                 path = self._standin()
                 return _send_file(self, mirror, path) if path else self._missing()
