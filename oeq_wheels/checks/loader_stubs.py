@@ -138,10 +138,10 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
     system = system_libraries(sysroot) if system is None else system
     symbols = {p: _symbols(p) for p in needs}
     defined = set().union(*(d for _, d in symbols.values()))
-    if sysroot and _inside(sysroot, interpreter) is None:
+    python = [_inside(sysroot, interpreter)] if sysroot else _interpreter_files(interpreter)
+    if None in python:
         raise LoaderStubError(f"load stubs: no interpreter {interpreter} in the root {sysroot}")
-    python = [str(_inside(sysroot, interpreter))] if sysroot else _interpreter_files(interpreter)
-    for lib in {*python} | {str(system[n]) for needed in needs.values() for n in needed
+    for lib in {*map(str, python)} | {str(system[n]) for needed in needs.values() for n in needed
                                                     if n in system and n not in missing}:
         defined |= _symbols(Path(lib))[1]
     out: dict[str, dict[str, tuple]] = {n: {} for n in missing}

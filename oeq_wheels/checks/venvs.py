@@ -230,6 +230,14 @@ def load_only_requirements(metadata: str) -> list[str]:
     return out
 
 
+def load_only_requirements_file(site: Path, dest: Path) -> Path:
+    """dest/torch-requirements-load-only.txt: load_only_requirements of the torch installed (--no-deps) in site."""
+    (meta,) = site.glob("torch-*.dist-info/METADATA")
+    rest = dest / "torch-requirements-load-only.txt"
+    rest.write_text("".join(f"{r}\n" for r in load_only_requirements(meta.read_text())))
+    return rest
+
+
 def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = "3.11",
                     index_url: str | None = None, transient: Path | None = None, whole: bool = True) -> Path:
     """cache/venvs/pypi-torch-<torch_version>-cpXY-<lock>: torch as `pip install torch==X` gets it from PyPI
@@ -257,9 +265,7 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
         proc.run(uv + ["pip", "install", "-q", "--python", py, *([] if whole else ["--no-deps"]),
                        f"torch=={torch_version}", *index], check=True, env=env)
         if not whole:  # then torch's requirements that a load-only check uses
-            (meta,) = site_packages(venv).glob("torch-*.dist-info/METADATA")
-            rest = venv / "torch-requirements-load-only.txt"
-            rest.write_text("".join(f"{r}\n" for r in load_only_requirements(meta.read_text())))
+            rest = load_only_requirements_file(site_packages(venv), venv)
             proc.run(uv + ["pip", "install", "-q", "--python", py, "-r", str(rest), *index], check=True, env=env)
         proc.run(uv + ["pip", "install", "-q", "--python", py, "--no-deps", "--require-hashes", "-r",
                        str(CONSUMER_LOCK)], check=True, env=env)
@@ -290,10 +296,7 @@ def emulated_pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, arch, 
               f"{arch.name}-{arch.platform_tag.rsplit('_', 1)[0]}", "--python-version", python]
     proc.run(target + [*([] if whole else ["--no-deps"]), f"torch=={torch_version}"], check=True, env=env)
     if not whole:  # then torch's requirements that a load-only check uses (as pypi_torch_venv's)
-        (meta,) = site.glob("torch-*.dist-info/METADATA")
-        rest = dest / "torch-requirements-load-only.txt"
-        rest.write_text("".join(f"{r}\n" for r in load_only_requirements(meta.read_text())))
-        proc.run(target + ["-r", str(rest)], check=True, env=env)
+        proc.run(target + ["-r", str(load_only_requirements_file(site, dest))], check=True, env=env)
     proc.run(target + ["--no-deps", "--require-hashes", "-r", str(CONSUMER_LOCK)], check=True, env=env)
     proc.run(target + ["--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels)], check=True, env=env)
     return runner, site
