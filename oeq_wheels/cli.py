@@ -141,6 +141,9 @@ def parser() -> argparse.ArgumentParser:
     ix.add_argument("--release", type=Path, action="append", default=[], metavar="DIR",
                     help="one release's assets as `gh release download` saves them, with its SHA256SUMS (repeatable)")
     ix.add_argument("--out", type=Path, metavar="SITE", help="where to write the site (default: OUTDIR-extra/site)")
+    ix.add_argument("--recorded", type=Path, metavar="FILE",
+                    help="hold every --release to this recorded set (default: each release's own, "
+                         "records/release.json at the tag its folder is named after)")
 
     rh = sub.add_parser("rehearse", parents=[common], help="rehearse the release's hosting and README's installs locally",
                         description="Attach the build to a local stand-in of the GitHub release (assets renamed as "
@@ -366,7 +369,10 @@ def _site(args) -> int:
         raise UsageError("site needs OUTDIR or --release DIR (a release's downloaded assets)")
     if args.outdir is None and args.out is None:
         raise UsageError("site --release needs --out SITE (where to write the site) when no OUTDIR is given")
-    wheels = [w for d in args.release for w in site.from_release(d, pins)]
+    from .release import recorded
+    # Each release is held to the recorded set of its own tag (the folder's name), or to --recorded FILE.
+    wheels = [w for d in args.release for w in site.from_release(
+        d, pins, recorded.load(args.recorded) if args.recorded else recorded.at_tag(d.name))]
     if args.outdir is not None:
         wheels += site.from_outdir(output.extra_dir(args.outdir), pins)
     out = args.out or output.extra_dir(args.outdir) / "site"

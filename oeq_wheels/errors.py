@@ -12,3 +12,9 @@ class UsageError(OeqWheelsError):
     """The command line, the pins or the given directory do not make sense."""
 
     exit_code = 2
+
+
+class Refused(OeqWheelsError):
+    """A file that must not reach a user: not the recorded bytes, or a door found other bytes already there."""
+
+    exit_code = 1

@@ -10,21 +10,24 @@ by the wheel's name. This module imports neither: the products build on it, neve
 """
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
+import io
 import re
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from wheel.wheelfile import WheelFile
 
 from . import pins as pins_mod, proc
 from .elf import elf_facts
 from .errors import OeqWheelsError
-from .files import remembered
+from .files import remembered, sha256_file
 from .tags import audit, external_ok, manylinux_version, proven_tag, tag_arch
 
 
@@ -85,8 +88,109 @@ def default_forbidden_paths() -> list[str]:
     return sorted({str(Path.home()), tempfile.gettempdir() + "/", "/root/", "/home/"}, key=len)
 
 
+# No member of a wheel of ours comes near this (the largest, a host library, is about 0.5 MB; a whole wheel unpacks
+# to about 1.1 MB): a larger one is refused before a byte of it is read, and so is an archive that would unpack to
+# more than the total.
+MAX_MEMBER = 32 << 20
+MAX_TOTAL = 64 << 20
+CHUNK = 1 << 20
+
+
+class Members(Mapping):
+    """A wheel's members by name, each read only when asked for (and then kept): the gate never holds what it does
+    not look at, so a hostile member costs time to hash, never memory."""
+
+    def __init__(self, wheel: Path, names: list[str]):
+        self._wheel, self._names, self._read = wheel, names, {}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._read:
+            with zipfile.ZipFile(self._wheel) as zf:
+                self._read[name] = zf.read(name)
+        return self._read[name]
+
+    def __contains__(self, name) -> bool:  # Mapping's own would read the member
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _record_entries(text: str) -> dict[str, tuple[str, int]] | str:
+    """RECORD's (sha256 hex, size) per path, or why it is no RECORD of ours (every file hashed with sha256)."""
+    out: dict[str, tuple[str, int]] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) != 3:
+            return f"a RECORD row has {len(row)} fields: {row[:3]}"
+        path, digest, size = row
+        if path in out:
+            return f"RECORD lists {path} twice"
+        if path.endswith(".dist-info/RECORD") and not digest and not size:
+            continue
+        if not digest.startswith("sha256=") or not size.isdigit():
+            return f"RECORD has no sha256 and size for {path}"
+        try:
+            raw = base64.urlsafe_b64decode(digest[7:] + "=" * (-len(digest[7:]) % 4))
+        except ValueError:
+            return f"RECORD's hash of {path} is not base64"
+        out[path] = (raw.hex(), int(size))
+    return out
+
+
+def _check_archive(wheel: Path) -> tuple[list[str], str | None]:
+    """(member names, None) when the archive is one a resolver reads the same way ours does, every member as
+    RECORD says (its size in the central directory before anything is read, then its sha256 read in bounded chunks);
+    else (names, the first problem).
+
+    Hand-rolled rather than `wheel`'s WheelFile: that reads each member whole into memory and takes a duplicated
+    name, where installers disagree on which copy wins."""
+    with zipfile.ZipFile(wheel) as zf:
+        infos = zf.infolist()
+        names = [i.filename for i in infos]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            return names, f"duplicate entries in the archive (installers disagree on which wins): {dupes[:5]}"
+        records = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
+        if len(records) != 1:
+            return names, f"{len(records)} .dist-info/RECORD files (exactly one is expected)"
+        big = [f"{i.filename} ({i.file_size} bytes)" for i in infos if i.file_size > MAX_MEMBER]
+        if big or sum(i.file_size for i in infos) > MAX_TOTAL:
+            return names, (f"members larger than any of ours (over {MAX_MEMBER >> 20} MiB, or {MAX_TOTAL >> 20} MiB "
+                           f"in all): {big[:5]}")
+        entries = _record_entries(zf.read(records[0]).decode("utf-8", errors="replace"))
+        if isinstance(entries, str):
+            return names, entries
+        unrecorded = sorted(set(names) - set(entries) - {records[0]})
+        absent = sorted(set(entries) - set(names))
+        if unrecorded or absent:
+            return names, (f"RECORD and the archive disagree: not in RECORD {unrecorded[:5]}, "
+                           f"not in the archive {absent[:5]}")
+        for i in infos:
+            if i.filename == records[0]:
+                continue
+            digest, size = entries[i.filename]
+            if i.file_size != size:
+                return names, f"{i.filename} is {i.file_size} bytes in the archive, RECORD says {size}"
+            h, n = hashlib.sha256(), 0
+            with zf.open(i) as f:
+                while chunk := f.read(CHUNK):
+                    n += len(chunk)
+                    if n > size:
+                        return names, f"{i.filename} unpacks to more than the {size} bytes RECORD says"
+                    h.update(chunk)
+            if h.hexdigest() != digest:
+                return names, f"{i.filename} does not match its sha256 in RECORD"
+    return names, None
+
+
 def open_wheel(wheel: Path, v: Verdict):
-    """(name, version, tag, files) of a wheel, or None with the problem recorded."""
+    """(name, version, tag, members) of a wheel, or None with the problem recorded. Members are read lazily, after
+    the archive passed _check_archive."""
     try:
         name, version, _, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename as exc:
@@ -96,17 +200,18 @@ def open_wheel(wheel: Path, v: Verdict):
         v.problems.append(f"{wheel.name} carries {len(tags)} tags; exactly one (cpXY-cpXY-<platform>) is expected")
         return None
     try:
-        with WheelFile(wheel) as wf:  # reading checks every file against RECORD
-            files = {n: wf.read(n) for n in wf.namelist() if not n.endswith("/RECORD")}
-            names = set(wf.namelist())
-    except Exception as exc:  # a damaged zip or RECORD: any error here is the wheel's
-        v.problems.append(f"RECORD check failed: {exc}")
+        names, problem = _check_archive(wheel)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
+        problem = f"not a readable zip archive ({type(exc).__name__}: {exc})"  # a damaged archive is the wheel's
+    if problem:
+        v.problems.append(f"RECORD check failed: {problem}")
         return None
     links = [i.filename for i in zip_infos(wheel) if (i.external_attr >> 16) & 0o170000 == 0o120000]
     if links:
         v.problems.append(f"symbolic links in the archive: {links}")
-    v.facts["names"] = names
-    return canonicalize_name(name), str(version), next(iter(tags)), files
+    v.facts["names"] = set(names)
+    return canonicalize_name(name), str(version), next(iter(tags)), Members(wheel, [n for n in names
+                                                                                 if not n.endswith("/RECORD")])
 
 
 def python_of(tag) -> str | None:
@@ -155,7 +260,7 @@ def audit_and_twine(v: Verdict, wheel: Path, tag, p: pins_mod.Pins, twine: bool,
         problem = twine_check(wheel, memo_dir)
         if problem:
             v.problems.append(f"twine check failed: {problem}")
-    v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+    v.facts.update(tag=str(tag), size=wheel.stat().st_size, sha256=sha256_file(wheel))
 
 
 def file_entry(x) -> tuple[str, str, str, str]:

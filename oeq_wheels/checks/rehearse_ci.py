@@ -314,7 +314,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             keep = True
             return rc
         shutil.copyfile(log, _last_log())
-        recorded = recorded_sha256s(clone / "docs" / "validation.md")
+        recorded = recorded_sha256s(clone / "records" / "release.json")
         problems = check_published(ws, recorded, complete=not (jobs or python))
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
             # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts

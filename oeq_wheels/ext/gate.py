@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+import fastmace_oeq_ext
 from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest, ManifestError
 
 from .. import pins as pins_mod
@@ -58,6 +59,12 @@ def verify_wheel(wheel: Path, pins: pins_mod.Pins | None = None, *, expected_lic
     expected |= {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE",
                                          "licenses/LICENSE.openequivariance")}
     accounted(v, v.facts.pop("names"), expected)
+    # The runtime is shipped as it is in the checkout: a consistent RECORD proves nothing about who wrote the code.
+    changed = [f for f in fastmace_oeq_ext.PYTHON_FILES
+               if pkg + f in files and files[pkg + f] != (assemble.RUNTIME_DIR / f).read_bytes()]
+    if changed:
+        v.problems.append(f"Python files differ from the runtime this checkout ships ({assemble.RUNTIME_DIR.parent.name}/"
+                          f"{assemble.RUNTIME_DIR.name}/): {changed}")
     if version != ev.version:
         v.problems.append(f"wheel version {version}, pins say {ev.version}")
     py_version = python_of(tag) if tag.abi == tag.interpreter else None  # pybind11 has no stable-ABI build

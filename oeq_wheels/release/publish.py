@@ -18,11 +18,12 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import pins as pins_mod
-from ..errors import UsageError
+from ..errors import Refused, UsageError
 from ..files import sha256_file
 from ..gate import verify_any
 from ..oeq.gate import line_of
 from ..output import extra_dir
+from . import recorded
 
 
 class ReleaseError(UsageError):
@@ -187,23 +188,18 @@ def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     return path
 
 
-VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
+def recorded_sha256s(path: Path = recorded.PATH) -> dict[str, str]:
+    """The release's recorded set (records/release.json, the bytes the GPU proofs ran): file name -> sha256."""
+    return recorded.load(path).wheels
 
 
-def recorded_sha256s(path: Path = VALIDATION) -> dict[str, str]:
-    """The release build's wheels and their sha256s as docs/validation.md's first table records them (the bytes the
-    GPU proofs ran): file name -> sha256."""
-    first = path.read_text().split("\n## ")[1]
-    return dict(re.findall(r"^\| `([^`]+\.whl)` \| `([0-9a-f]{64})` \|", first, re.M))
-
-
-def unrecorded(wheels: list[Path], recorded: dict[str, str]) -> list[str]:
+def unrecorded(wheels: list[Path], record: dict[str, str]) -> list[str]:
     """The wheels whose sha256 is not the recorded one, each a line saying so."""
     out = []
     for w in wheels:
         got = sha256_file(w)
-        if recorded.get(w.name) != got:
-            out.append(f"{w.name}: sha256 {got[:16]}…, recorded {(recorded.get(w.name) or 'none')[:16]}")
+        if record.get(w.name) != got:
+            out.append(f"{w.name}: sha256 {got[:16]}…, recorded {(record.get(w.name) or 'none')[:16]}")
     return out
 
 
@@ -223,15 +219,16 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
         for problem in v.problems:
             print(f"     - {problem}")
         if not v.ok:
-            bad.append(w.name)
+            bad.append(f"{w.name} ({v.problems[0]})")
     if bad:
-        raise ReleaseError(f"refusing to publish: {len(bad)} wheel(s) failed verification: {', '.join(bad)}")
+        raise Refused(f"refusing to publish: {len(bad)} wheel(s) failed verification: {'; '.join(bad)}")
     if require_recorded:
         differ = unrecorded(ours + oeq, recorded_sha256s())
         if differ:
-            raise ReleaseError(f"refusing to publish {len(differ)} wheel(s) whose bytes are not the ones the GPU proofs "
-                               f"ran (docs/validation.md): {'; '.join(differ)}; re-run the GPU proof and record it")
-        print(f"all {len(ours + oeq)} wheel(s) are the recorded bytes (docs/validation.md)")
+            raise Refused(f"refusing to publish {len(differ)} wheel(s) whose bytes are not the recorded ones (the GPU "
+                          f"proofs ran those; {recorded.RELATIVE}): {'; '.join(differ)}; re-run the GPU proof and "
+                          "record it")
+        print(f"all {len(ours + oeq)} wheel(s) are the recorded bytes ({recorded.RELATIVE})")
     sums = write_sha256sums(ours + oeq, extra_dir(outdir))
     print(f"wrote {sums}")
     target = redact(repository_url) if repository_url else (repository or "pypi")

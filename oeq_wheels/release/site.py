@@ -19,8 +19,10 @@ read a wheel's version from the file name in the link, so `0.7.0+oeqwheels.cu13.
 into the invalid `0.7.0.oeqwheels.cu13.1`. Pages serves a file under the name it was given.
 
 A Pages deployment replaces the whole site, so the site is made from every release's assets
-(`--release DIR`, one per release, as `gh release download` saves them: renamed). The release's
-SHA256SUMS (a name the host keeps) gives each renamed asset its exact name back, by content.
+(`--release DIR`, one per release, as `gh release download` saves them: renamed). Release assets can be
+changed after a release, SHA256SUMS with them, so neither is trusted: each asset is matched by content against
+the recorded set of the release's own tag (records/release.json at that commit, release/recorded.py), which
+gives its exact name back; an asset it does not record stops the site.
 """
 from __future__ import annotations
 
@@ -38,9 +40,10 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import install_lines, pins as pins_mod
-from ..errors import UsageError
+from ..errors import Refused, UsageError
 from ..files import sha256_file
 from ..gate_common import python_of
+from . import recorded
 
 PROJECT = "openequivariance"
 
@@ -81,41 +84,41 @@ def line_of_file(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
                 None)
 
 
-def _read_sums(path: Path) -> dict[str, str]:
-    """sha256 -> exact file name, from a `sha256sum` file."""
-    out = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        m = re.fullmatch(r"([0-9a-f]{64}) [ *](\S+)", line.strip())
-        if not m:
-            raise SiteError(f"{path}:{n} is not a sha256sum line; download that release's SHA256SUMS again")
-        out[m.group(1)] = m.group(2)
-    return out
-
-
-def from_release(directory: Path, pins: pins_mod.Pins) -> list[Wheel]:
-    """The OEq wheels of one release's downloaded assets, each under its exact name again."""
-    sums_file = directory / "SHA256SUMS"
-    if not sums_file.is_file():
-        raise SiteError(f"{directory} has no SHA256SUMS; download it with the release's wheels "
-                        "(gh release download TAG --pattern '*.whl' --pattern SHA256SUMS)")
-    sums = _read_sums(sums_file)
-    wanted = {h: n for h, n in sums.items() if line_of_file(n, pins)}
+def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded) -> list[Wheel]:
+    """The served wheels of one release's downloaded assets, each under its exact name again: only files the
+    release's own recorded set names with their bytes (`record`, read at the release's tag). A mutable asset is never
+    trusted: an asset of a served line that the set does not record (other bytes under a recorded name, a SHA256SUMS
+    regenerated to match, a file added later) refuses the whole site, naming it; nothing is laid out."""
+    by_sha = {h: n for n, h in record.wheels.items()}
+    wanted = {h: n for h, n in by_sha.items() if line_of_file(n, pins)}
     found: dict[str, Wheel] = {}
-    for f in sorted(directory.iterdir()):
-        if f.name == "SHA256SUMS" or not f.is_file():
+    # The wheels first, so that a changed one is named as itself; SHA256SUMS last.
+    for f in sorted(directory.iterdir(), key=lambda f: (f.name == "SHA256SUMS", f.name)):
+        if not f.is_file():
+            continue
+        if f.name == "SHA256SUMS":  # not trusted; but one that disagrees with the set is tampering
+            try:
+                recorded.check_sums(f, record)
+            except Refused as exc:
+                raise Refused(f"{directory.name}: {exc}; the release's assets were changed after the release") from None
             continue
         digest = sha256_file(f)
-        name = wanted.get(digest)
+        name = by_sha.get(digest)
         if name is None:
-            continue  # fastmace-oeq-ext wheels and other assets: PyPI serves those
+            if f.name.endswith(".whl"):
+                raise Refused(f"{directory.name}: asset {f.name} (sha256 {digest[:16]}…) is not in {record.source}: "
+                              "a release asset changed after the release; delete it from the release (the site "
+                              "serves only recorded bytes)")
+            continue  # notes and reports: never served
         if f.name not in (name, release_asset_name(name)):
             raise SiteError(f"{f} has the content of {name} but a name the release host would not give it "
                             f"({release_asset_name(name)}); download the release's assets again")
-        found[digest] = Wheel(f, name, digest)
+        if digest in wanted:
+            found[digest] = Wheel(f, name, digest)
     missing = sorted(n for h, n in wanted.items() if h not in found)
     if missing:
-        raise SiteError(f"{directory}: SHA256SUMS lists {', '.join(missing)}, which no downloaded asset matches; "
-                        "download every .whl asset of that release")
+        raise SiteError(f"{directory}: {record.source} names {', '.join(missing)}, which no downloaded asset "
+                        "matches; download every .whl asset of that release")
     return list(found.values())
 
 

@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from conftest import UPLOAD_PASSWORD
+from damage import forgeries
 from oeq_wheels import pins as P
 
 from oeq_wheels.release import publish
@@ -90,7 +91,7 @@ def test_a_wheel_whose_library_differs_from_its_manifest_is_refused(cp311_wheel,
     out = release_dir(tmp_path, None, oeq_set)
     with WheelFile(out / cp311_wheel.name, "w") as wf:
         wf.write_files(str(unpacked))
-    with pytest.raises(publish.ReleaseError, match="failed verification"):
+    with pytest.raises(publish.Refused, match="failed verification"):
         publish.publish(out, None, True, only_cp311(P.load()))
 
 
@@ -101,8 +102,19 @@ def test_tampered_wheel_is_refused(cp311_wheel, oeq_set, tmp_path):
         for info in zin.infolist():
             data = zin.read(info)
             zout.writestr(info, data + b"# edited\n" if info.filename.endswith("__init__.py") else data)
-    with pytest.raises(publish.ReleaseError, match="failed verification"):
+    with pytest.raises(publish.Refused, match="failed verification"):
         publish.publish(out, None, True, only_cp311(P.load()))
+
+
+@pytest.mark.parametrize("kind", ["injected", "duplicate", "oversized"])
+def test_publish_refuses_a_consistent_forgery_in_one_line(cp311_wheel, oeq_set, tmp_path, kind):
+    wheel, why = forgeries(cp311_wheel, tmp_path / "forged")[kind]
+    out = release_dir(tmp_path, wheel, oeq_set)
+    with pytest.raises(publish.Refused) as info:
+        publish.publish(out, None, True, only_cp311(P.load()))
+    line = str(info.value)
+    assert "\n" not in line and f"failed verification: {wheel.name} (" in line and why in line
+    assert not (extra_dir(out) / "SHA256SUMS").exists()  # nothing written for a refused set
 
 
 @pytest.mark.parametrize("credentials", ["none", "wrong password"])

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, run_cli
 from oeq_wheels.ext import assemble
 from oeq_wheels import install_lines, pins as P
-from oeq_wheels.release import site
+from oeq_wheels.release import recorded, site
 from oeq_wheels.output import extra_dir
 
 
@@ -71,47 +71,82 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
     assert "R570" in landing and "R580" in landing
 
 
+def record_of(wheels, tmp_path=None):
+    """The recorded set of these wheels (as a release's tag would hold it); written to a file when tmp_path is given."""
+    rec = recorded.Recorded("t", {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels}, "the test's set")
+    if tmp_path is not None:
+        (tmp_path / "release.json").write_text(json.dumps({"version": rec.version, "wheels": rec.wheels}))
+    return rec
+
+
+def release_assets(d, wheels, sums=True):
+    """A release's assets as `gh release download` saves them: renamed as GitHub renames them, SHA256SUMS beside."""
+    d.mkdir(parents=True)
+    if sums:
+        (d / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n"
+                                              for w in wheels))
+    for w in wheels:
+        shutil.copy(w, d / site.release_asset_name(w.name))
+    return d
+
+
 def test_the_site_is_laid_out_again_from_renamed_release_assets(cp311_wheel, cp311_oeq_wheel, cp311_oeq_cu12_wheel,
                                                                   tmp_path):
     pins = P.load()
-    assets = tmp_path / "v1"
-    assets.mkdir()
     wheels = [cp311_wheel, cp311_oeq_wheel, cp311_oeq_cu12_wheel]
-    (assets / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n"
-                                               for w in wheels))
-    for w in wheels:
-        shutil.copy(w, assets / site.release_asset_name(w.name))  # as GitHub stores and serves them
-    got = site.from_release(assets, pins)
+    assets = release_assets(tmp_path / "v1", wheels)
+    got = site.from_release(assets, pins, record_of(wheels, tmp_path))
     assert sorted(w.name for w in got) == sorted([cp311_oeq_wheel.name, cp311_oeq_cu12_wheel.name])  # not fastmace
     root = site.write_site(tmp_path / "site", got, pins)
     assert (root / "files" / cp311_oeq_wheel.name).read_bytes() == cp311_oeq_wheel.read_bytes()
     # The CLI the Pages job runs: several releases, one site; the same release twice is one file each.
-    r = run_cli("site", "--out", str(tmp_path / "cli-site"), "--release", str(assets), "--release", str(assets))
+    r = run_cli("site", "--out", str(tmp_path / "cli-site"), "--release", str(assets), "--release", str(assets),
+                "--recorded", str(tmp_path / "release.json"))
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "cli-site" / "files").glob("*.whl")) == \
         sorted([cp311_oeq_wheel.name, cp311_oeq_cu12_wheel.name])
+    # Without --recorded, a release is held to the set of its own tag (the folder's name): v1 is no tag here.
+    r = run_cli("site", "--out", str(tmp_path / "tagless"), "--release", str(assets))
+    assert r.returncode == 1 and "release v1: its tag has no records/release.json" in r.stderr
+    assert not (tmp_path / "tagless").exists()
 
 
-def test_bad_release_assets_are_one_line_each(cp311_oeq_wheel, tmp_path):
+def test_an_asset_changed_after_the_release_is_never_served_whatever_sha256sums_says(cp311_oeq_wheel,
+                                                                                      cp311_oeq_cu12_wheel, tmp_path):
+    """The tampering the issue tried: one wheel changed and SHA256SUMS regenerated to match. The site refuses the
+    release in one line naming the asset, and writes nothing."""
     pins = P.load()
-    d = tmp_path / "rel"
-    d.mkdir()
-    shutil.copy(cp311_oeq_wheel, d / site.release_asset_name(cp311_oeq_wheel.name))
-    r = run_cli("site", "--out", str(tmp_path / "s"), "--release", str(d))
-    assert r.returncode == 2 and "has no SHA256SUMS" in r.stderr and "gh release download" in r.stderr
-    digest = hashlib.sha256(cp311_oeq_wheel.read_bytes()).hexdigest()
-    (d / "SHA256SUMS").write_text(f"{digest}  {cp311_oeq_wheel.name}\n{'0' * 64}  "
-                                  f"{cp311_oeq_wheel.name.replace('cp311', 'cp312')}\n")
-    with pytest.raises(site.SiteError, match="which no downloaded asset matches"):
-        site.from_release(d, pins)
-    (d / "SHA256SUMS").write_text("not a sum line\n")
-    with pytest.raises(site.SiteError, match="is not a sha256sum line"):
-        site.from_release(d, pins)
-    (d / "SHA256SUMS").write_text(f"{digest}  {cp311_oeq_wheel.name}\n")
+    record = record_of([cp311_oeq_wheel, cp311_oeq_cu12_wheel], tmp_path)
+    forged = tmp_path / "forged" / cp311_oeq_wheel.name
+    forged.parent.mkdir()
+    forged.write_bytes(cp311_oeq_wheel.read_bytes() + b"\0")
+    d = release_assets(tmp_path / "v9", [forged, cp311_oeq_cu12_wheel])  # SHA256SUMS regenerated over the forgery
+    with pytest.raises(recorded.Refused, match=rf"v9: asset {re.escape(site.release_asset_name(forged.name))} \(sha256 "):
+        site.from_release(d, pins, record)
+    r = run_cli("site", "--out", str(tmp_path / "s"), "--release", str(d), "--recorded", str(tmp_path / "release.json"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "a release asset changed after the release" in r.stderr and not (tmp_path / "s").exists()
+    # SHA256SUMS alone altered (the wheels untouched): tampering too, refused naming its line.
+    d2 = release_assets(tmp_path / "v8", [cp311_oeq_wheel, cp311_oeq_cu12_wheel])
+    (d2 / "SHA256SUMS").write_text(f"{'0' * 64}  {cp311_oeq_wheel.name}\n")
+    with pytest.raises(recorded.Refused, match="v8: v8/SHA256SUMS line 1 disagrees with the test.s set"):
+        site.from_release(d2, pins, record)
+    # and a release without SHA256SUMS is served by content alone
+    d3 = release_assets(tmp_path / "v7", [cp311_oeq_wheel, cp311_oeq_cu12_wheel], sums=False)
+    assert len(site.from_release(d3, pins, record)) == 2
+
+
+def test_bad_release_assets_are_one_line_each(cp311_oeq_wheel, cp311_oeq_cu12_wheel, tmp_path):
+    pins = P.load()
+    record = record_of([cp311_oeq_wheel, cp311_oeq_cu12_wheel], tmp_path)
+    d = release_assets(tmp_path / "rel", [cp311_oeq_wheel], sums=False)
+    with pytest.raises(site.SiteError, match=f"names {re.escape(cp311_oeq_cu12_wheel.name)}, which no downloaded "
+                                             "asset matches"):
+        site.from_release(d, pins, record)
+    shutil.copy(cp311_oeq_cu12_wheel, d / site.release_asset_name(cp311_oeq_cu12_wheel.name))
     (d / site.release_asset_name(cp311_oeq_wheel.name)).rename(d / "renamed-by-hand.whl")
     with pytest.raises(site.SiteError, match="a name the release host would not give it"):
-        site.from_release(d, pins)
-    assert not (tmp_path / "s").exists()  # nothing half-written
+        site.from_release(d, pins, record)
     r = run_cli("site")
     assert r.returncode == 2 and "site needs OUTDIR or --release DIR" in r.stderr
     (d / "renamed-by-hand.whl").rename(d / site.release_asset_name(cp311_oeq_wheel.name))

@@ -1,10 +1,17 @@
 """verify_wheel refuses damaged or inconsistent wheels; the gate picks each product's by the wheel's name."""
 import ast
 import json
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from conftest import REPO
+from damage import forgeries, with_package_file
 from fastmace_oeq_ext import manifest as mf
 from old_manifests import as_schema_3
 from oeq_wheels import gate, gate_common, tags
@@ -31,25 +38,10 @@ def test_tampered_library_fails_record(cp311_wheel, tmp_path):
     assert not v.ok and any("RECORD" in p for p in v.problems)
 
 
-def _with_package_file(cp311_wheel, tmp_path, name, edit):
-    """The wheel with one file of its package edited, under a consistent RECORD."""
-    from wheel.wheelfile import WheelFile
-    unpacked = tmp_path / "u"
-    with zipfile.ZipFile(cp311_wheel) as zf:
-        zf.extractall(unpacked)
-    f = unpacked / "fastmace_oeq_ext" / name
-    f.write_text(edit(f.read_text()))
-    out = tmp_path / "o"
-    out.mkdir()
-    with WheelFile(out / cp311_wheel.name, "w") as wf:
-        wf.write_files(str(unpacked))
-    return out / cp311_wheel.name
-
-
 def test_manifest_mismatch_is_caught(cp311_wheel, tmp_path):
     def lying(text):  # the library's sha256, under post1's name (its one name); the RECORD stays consistent
         return json.dumps({**json.loads(text), "sha256": "0" * 64})
-    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path, "manifest.json", lying), twine=False)
+    v = verify_wheel(with_package_file(cp311_wheel, tmp_path, "manifest.json", lying), twine=False)
     assert any("manifest's library sha256" in p for p in v.problems)
 
 
@@ -61,9 +53,9 @@ def test_a_fact_told_twice_or_a_compiler_record_of_its_own_is_refused(cp311_whee
         data = as_schema_3(text)
         assert mf.Manifest.from_json(json.dumps(data)) == mf.Manifest.from_json(text)  # readable, and agreeing
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
-    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "a", "manifest.json", schema_3_text), twine=False)
+    v = verify_wheel(with_package_file(cp311_wheel, tmp_path / "a", "manifest.json", schema_3_text), twine=False)
     assert any("manifest.json is not what this build writes" in p for p in v.problems), v.problems
-    v = verify_wheel(_with_package_file(cp311_wheel, tmp_path / "b", "BUILD_COMPILER.txt",
+    v = verify_wheel(with_package_file(cp311_wheel, tmp_path / "b", "BUILD_COMPILER.txt",
                                         lambda t: "g++ (Other) 1.0\n" + t), twine=False)
     assert v.problems == ["BUILD_COMPILER.txt is not the manifest's compiler and flags"], v.problems
 
@@ -88,3 +80,18 @@ def test_the_common_part_imports_no_product_and_the_gate_picks_by_name(cp311_whe
     assert not [m for m in imported if m.split(".")[0] in ("ext", "oeq")], imported
     assert gate.verify_any(cp311_wheel).ok and gate.verify_any(cp311_oeq_wheel).ok
     assert not verify_wheel(cp311_oeq_wheel).ok
+
+
+@pytest.mark.parametrize("kind", ["injected", "duplicate", "oversized"])
+def test_a_consistent_forgery_is_refused_by_verify_in_one_line_and_bounded_memory(cp311_wheel, tmp_path, kind):
+    wheel, why = forgeries(cp311_wheel, tmp_path)[kind]
+    code = ("import re, runpy, sys; open('/proc/self/clear_refs', 'w').write('5'); sys.argv = ['oeq_wheels', 'verify', "
+            "sys.argv[1]]\ntry:\n    runpy.run_module('oeq_wheels', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    print('rc', e.code)\nprint('peak', re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])")
+    r = subprocess.run([sys.executable, "-c", code, str(wheel)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")])))
+    lines = r.stdout.splitlines()
+    assert f"FAIL {wheel.name}" in lines and "rc 1" in lines, r.stdout + r.stderr
+    (problem,) = [line for line in lines if line.startswith("     - ")]
+    assert why in problem
+    assert int(lines[-1].split()[1]) < 200 << 10  # KiB: the member is never held (the report: 556 MB)
