@@ -105,6 +105,8 @@ def parser() -> argparse.ArgumentParser:
     cb.add_argument("first", type=Path, metavar="FIRST", help="a directory of wheels (e.g. dist-extra)")
     cb.add_argument("second", type=Path, metavar="SECOND")
     cb.add_argument("--arch", type=_comma_list, help="only these architectures' wheels (default: all in SECOND)")
+    cb.add_argument("--bytes", action="store_true",
+                    help="and the same bytes: a wheel of SECOND whose bytes differ from FIRST's stops it (the release)")
 
     pb = sub.add_parser("publish", parents=[common], help="gate both packages, write SHA256SUMS, upload fastmace-oeq-ext with twine",
                         description="Refuse unless OUTDIR holds exactly the pinned fastmace-oeq-ext set and "
@@ -117,7 +119,10 @@ def parser() -> argparse.ArgumentParser:
                                         "(default: PyPI's/TestPyPI's, else <repository URL>/simple/)")
     pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
     pb.add_argument("--require-recorded", action="store_true",
-                    help="refuse any wheel whose sha256 is not docs/validation.md's (the release job's gate)")
+                    help="refuse any wheel whose sha256 is not in records/release.json (the release job's gate)")
+    pb.add_argument("--check-index", action="store_true",
+                    help="with --dry-run too: refuse a file the index already has with other bytes (the release's "
+                         "preflight, before anything is published)")
     pb.add_argument("--matrix")
 
     rc = sub.add_parser("rehearse-ci", parents=[common], help="run release.yml (and test.yml) here under act, as "
@@ -340,7 +345,7 @@ def _clean_install(args) -> int:
 
 def _compare_builds(args) -> int:
     from .release.compare import run
-    return run(args.first, args.second, args.arch)
+    return run(args.first, args.second, args.arch, args.bytes)
 
 
 def _install_matrix(args) -> int:
@@ -353,7 +358,7 @@ def _publish(args) -> int:
     from .pins import load
     from .release.publish import publish
     return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
-                   args.index_url, args.require_recorded)
+                   args.index_url, args.require_recorded, args.check_index)
 
 
 def _rehearse_ci(args) -> int:

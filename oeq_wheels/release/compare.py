@@ -1,10 +1,11 @@
-"""Two builds of the same wheels compared by what the gate checks, not by bytes.
+"""Two builds of the same wheels compared by what the gate checks, then by bytes.
 
-The release builds the aarch64 wheels twice: cross-compiled on x86_64 (Debian's or Ubuntu's
-aarch64-linux-gnu-g++) and natively in the pinned manylinux_2_28_aarch64 image on an arm runner
-(its gcc-toolset). Other compilers give other bytes; what must not differ is what a user's machine
-sees: the file list, the metadata, each library's architecture, NEEDED, RUNPATH, the symbols it
-takes from torch, CUDA and glibc (with their versions), auditwheel's tag and torch-abi-audit's verdict.
+The release builds the aarch64 wheels twice: cross-compiled on x86_64 in the pinned build root (Debian's
+aarch64-linux-gnu-g++ 12.2) and natively on an arm runner in the pinned arm64 build root (Debian's g++ 12.2, the
+same binutils 2.40). What a user's machine sees is compared first, so that a difference says what it is: the file
+list, the metadata, each library's architecture, NEEDED, RUNPATH, the symbols it takes from torch, CUDA and glibc
+(with their versions), auditwheel's tag and torch-abi-audit's verdict. The release then asks for the same bytes
+(--bytes): the native build is an independent reproduction of the published files, never a source of them.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE
 
 from .. import pins as pins_mod, elf, tags
 from ..errors import OeqWheelsError
+from ..files import sha256_file
 
 
 class CompareError(OeqWheelsError):
@@ -69,9 +71,11 @@ def compare(a: Path, b: Path, pins: pins_mod.Pins) -> list[str]:
     return out
 
 
-def run(first: Path, second: Path, arches: list[str] | None = None) -> int:
+def run(first: Path, second: Path, arches: list[str] | None = None, same_bytes_required: bool = False) -> int:
     """Every binary openequivariance wheel of `first` (a directory, e.g. OUTDIR-extra) against the same-named
-    wheel of `second`; only those of the given architectures (default: every one in `second`)."""
+    wheel of `second`; only those of the given architectures (default: every one in `second`). With
+    same_bytes_required (the release: both builds use the pinned Debian build root's GCC and binutils, so an
+    independent build must reproduce the release's bytes), a wheel whose bytes differ stops it, naming the file."""
     pins = pins_mod.load()
     pick = lambda d: {w.name: w for w in sorted(Path(d).glob("openequivariance-*.whl"))
                       if arches is None or tags.wheel_arch(w.name) in arches}
@@ -91,4 +95,9 @@ def run(first: Path, second: Path, arches: list[str] | None = None) -> int:
         bad += bool(diff)
     if bad:
         raise CompareError(f"{bad} of {len(b)} wheels differ in what the gate checks")
+    differ = [n for n in sorted(b) if sha256_file(a[n]) != sha256_file(b[n])]
+    if differ and same_bytes_required:
+        raise CompareError(f"the second build does not reproduce the release's bytes: {', '.join(differ)} "
+                           f"({first} vs {second}); nothing is published: find what the two builds did differently "
+                           "(docs/releasing.md, \"The native aarch64 build\")")
     return 0

@@ -83,8 +83,9 @@ def index_for(upload_url: str, index_url: str | None) -> str:
     return index_url or KNOWN_INDEXES.get(upload_url) or upload_url.rstrip("/") + "/simple/"
 
 
-def files_on_index(index_url: str, project: str) -> set[str]:
-    """The file names a PEP 503 index already lists for project (none if it does not know it)."""
+def files_on_index(index_url: str, project: str) -> dict[str, str | None]:
+    """The files a PEP 503 index already lists for project, each with the sha256 its link names (None where it names
+    none); empty if the index does not know the project."""
     url = index_url.rstrip("/") + "/" + canonicalize_name(project) + "/"
     req = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "oeq-wheels"})
     try:
@@ -92,13 +93,37 @@ def files_on_index(index_url: str, project: str) -> set[str]:
             page = r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return set()
+            return {}
         raise ReleaseError(f"cannot read {redact(url)} to check for files already there (HTTP {exc.code}); "
                            "pass --index-url with the repository's simple index") from None
     except (urllib.error.URLError, OSError) as exc:
         raise ReleaseError(f"cannot read {redact(url)} to check for files already there "
                            f"({getattr(exc, 'reason', exc)}); check the network or pass --index-url") from None
-    return {unquote(h.split("#", 1)[0].rsplit("/", 1)[-1]) for h in re.findall(r'href="([^"]+)"', page)}
+    out = {}
+    for h in re.findall(r'href="([^"]+)"', page):
+        url, _, fragment = h.partition("#")
+        m = re.search(r"(?:^|&)sha256=([0-9a-f]{64})", fragment)
+        out[unquote(url.rsplit("/", 1)[-1])] = m.group(1) if m else None
+    return out
+
+
+def already_there(index: str, package: str, ours: list[Path]) -> list[Path]:
+    """Which of our files the index already has, each with our bytes; Refused (one line naming each) where it has
+    other bytes under our name, or names no sha256 to compare: a released name never changes, so such a file can
+    only be someone else's, and skipping it would ship their bytes under ours."""
+    there = files_on_index(index, package)
+    same, other = [], []
+    for w in ours:
+        if w.name in there:
+            got = there[w.name]
+            (same if got == sha256_file(w) else other).append((w, got))
+    if other:
+        named = "; ".join(f"{w.name} (sha256 there {(got or 'not given')[:16]}…)" for w, got in other)
+        raise Refused(f"refusing to publish: {redact(index)} already has {len(other)} of our file name(s) with other "
+                      f"bytes: {named}; "
+                      "a released file name can never be uploaded again: bump .postN in oeq_wheels/pins.toml and "
+                      "rebuild")
+    return [w for w, _ in same]
 
 
 def wheels_in(directory: Path) -> tuple[dict[str, list[Path]], list[str]]:
@@ -204,12 +229,14 @@ def unrecorded(wheels: list[Path], record: dict[str, str]) -> list[str]:
 
 
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
-            repository_url: str | None = None, index_url: str | None = None, require_recorded: bool = False) -> int:
+            repository_url: str | None = None, index_url: str | None = None, require_recorded: bool = False,
+            check_index: bool = False) -> int:
     """The gate over both packages, then `twine upload` of OUTDIR's fastmace-oeq-ext wheels only.
 
-    Before uploading, the repository's index is asked which files it already has: a file
-    name can never be uploaded twice (PyPI forbids it even after deletion), so any
-    overlap is refused here, with the fix, before the server sees a byte.
+    Before uploading (and in a dry run with check_index: the release's preflight), the repository's index is asked
+    which files it already has: a file name can never be uploaded twice (PyPI forbids it even after deletion), so
+    one there with other bytes is refused here, with the fix, before the server sees a byte; one there with our bytes
+    (a re-run after a partial upload) is left alone.
     """
     ours, oeq = check_set(outdir, pins)
     bad = []
@@ -232,18 +259,22 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     sums = write_sha256sums(ours + oeq, extra_dir(outdir))
     print(f"wrote {sums}")
     target = redact(repository_url) if repository_url else (repository or "pypi")
+    index = index_for(upload_target(repository, repository_url), index_url) if check_index or not dry_run else None
+    same = already_there(index, pins.package_name, ours) if index else []
+    if same:
+        print(f"{len(same)} file(s) already on {redact(index)} with our bytes (left alone): "
+              f"{', '.join(w.name for w in same)}")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
               f"the {len(oeq)} served wheel(s) (openequivariance and its lines' {pins.package_name}) go to the "
-              "GitHub release and its site only "
-              "(files already on the index are checked at upload time)")
+              "GitHub release and its site only"
+              + ("" if index else " (files already on the index are checked at upload time, or with --check-index)"))
         return 0
-    index = index_for(upload_target(repository, repository_url), index_url)
-    there = files_on_index(index, pins.package_name) & {w.name for w in ours}
-    if there:
-        raise ReleaseError(f"{len(there)} file(s) already on {redact(index)}: {', '.join(sorted(there))}; a released "
-                           "file name can never be uploaded again: bump .postN in oeq_wheels/pins.toml and rebuild")
-    print(f"none of the {len(ours)} file(s) is on {redact(index)} yet; uploading")
+    ours = [w for w in ours if w not in same]
+    if not ours:
+        print("nothing to upload: every file is there with our bytes")
+        return 0
+    print(f"{len(ours)} file(s) not on {redact(index)} yet; uploading")
     cmd = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
     if repository_url:
         cmd += ["--repository-url", repository_url]

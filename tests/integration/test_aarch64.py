@@ -256,9 +256,9 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
 
 
 def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel, tmp_path):
-    """release.yml's comparison of the cross-built aarch64 wheels with the native ones (other compiler, other
-    bytes): the same wheel is SAME; a difference a user's machine could see is named; a wheel the gate refuses
-    is refused."""
+    """release.yml's comparison of the cross-built aarch64 wheels with the native ones: the same wheel is SAME; a
+    difference a user's machine could see is named; a wheel the gate refuses is refused; other bytes stop the
+    release (--bytes)."""
     first, second = tmp_path / "cross", tmp_path / "native"
     first.mkdir()
     shutil.copy(cp311_oeq_aarch64_wheel, first)
@@ -279,6 +279,19 @@ def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel
     repack(cp311_oeq_aarch64_wheel, tmp_path, lambda u: (u / AOTI).write_bytes(module))
     r = run_cli("compare-builds", str(first), str(tmp_path / "o"))
     assert r.returncode == 1 and "fails the gate" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # Every file the same, the archive's bytes not (other zip dates): the gate's view is SAME, but the release asks
+    # the native build to reproduce the published bytes (--bytes), and stops naming the file.
+    third = tmp_path / "redated"
+    third.mkdir()
+    with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as zin, \
+            zipfile.ZipFile(third / cp311_oeq_aarch64_wheel.name, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            info.date_time = (2001, 2, 3, 4, 5, 6)
+            zout.writestr(info, zin.read(info.filename))
+    r = run_cli("compare-builds", str(first), str(third))
+    assert r.returncode == 0 and r.stdout == f"SAME {cp311_oeq_aarch64_wheel.name}\n", r.stdout + r.stderr
+    r = run_cli("compare-builds", str(first), str(third), "--bytes")
+    assert r.returncode == 1 and f"does not reproduce the release's bytes: {cp311_oeq_aarch64_wheel.name}" in r.stderr
 
 
 def test_the_emulated_machine_describes_an_aarch64_cpu_not_the_hosts(emulation, tmp_path):

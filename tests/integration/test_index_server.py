@@ -47,13 +47,27 @@ def test_make_publish_with_pypirc_uploads_once_and_refuses_a_reupload(release_se
     ours = sorted(w.name for w in release_set.glob("*.whl"))
     assert sorted(p.name for p in pkgs.iterdir()) == ours and len(ours) == len(P.load().matrix.pythons)
     assert PASSWORD not in said  # credentials came from ~/.pypirc through twine, and were never echoed
-    assert publish.files_on_index(url + "simple/", "fastmace-oeq-ext") == set(ours)
+    assert publish.files_on_index(url + "simple/", "fastmace-oeq-ext") == \
+        {w.name: publish.sha256_file(w) for w in release_set.glob("*.whl")}  # the server's links name each sha256
     uploaded = {p.name: p.stat().st_mtime_ns for p in pkgs.iterdir()}
+    # A re-run after the upload (a partial one completes the set): our own bytes there are left alone.
     again = subprocess.run(make, cwd=REPO, env=owner_env(home, cache), capture_output=True, text=True)
     said = again.stdout + again.stderr
-    assert again.returncode == 2, said[-3000:]
-    assert f"{len(ours)} file(s) already on {url}simple/" in said and "bump .postN" in said
-    assert "Uploading" not in said  # refused by the gate; twine never ran
+    assert again.returncode == 0, said[-3000:]
+    assert f"{len(ours)} file(s) already on {url}simple/ with our bytes (left alone)" in said
+    assert "nothing to upload" in said and "Uploading" not in said
+    # Someone else's bytes under one of our names: refused in one line naming it, before twine runs, in a dry run too.
+    other = pkgs / ours[0]
+    other.write_bytes(other.read_bytes() + b"\0")
+    uploaded[ours[0]] = other.stat().st_mtime_ns
+    for flags in ("--repository local", "--repository local --dry-run --check-index"):
+        r = subprocess.run(make[:-1] + [f"PUBLISH_FLAGS={flags}"], cwd=REPO, env=owner_env(home, cache),
+                           capture_output=True, text=True)
+        said = r.stdout + r.stderr
+        assert r.returncode == 1, said[-3000:]
+        (line,) = [x for x in said.splitlines() if x.startswith("oeq-wheels: error:")]
+        assert f"already has 1 of our file name(s) with other bytes: {ours[0]} (sha256 there" in line
+        assert "bump .postN" in line and "Uploading" not in said
     assert {p.name: p.stat().st_mtime_ns for p in pkgs.iterdir()} == uploaded
     assert PASSWORD not in said
 

@@ -77,7 +77,60 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     assert "make install-matrix" in build and "x86_64_torches" in build  # both CUDA lines (release_plan), before
     # anything is published
     assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
-    assert "merge-multiple: true" in gh and "out/*.whl" in gh and "out/SHA256SUMS" in gh
+    assert "release-files/SHA256SUMS" in gh and "dist-extra/*.whl" in gh
+
+
+PUBLISHING = ("preflight", "attest", "publish-pypi", "github-release", "pages")
+TAG_PUSH = "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
+
+
+def downloads(job: dict) -> dict:
+    """The artifacts a job downloads: name -> folder (every download names one artifact)."""
+    steps = [s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert all(set(s["with"]) == {"name", "path"} for s in steps), steps  # no pattern, no merge-multiple
+    return {s["with"]["name"]: s["with"]["path"] for s in steps}
+
+
+def test_each_job_downloads_by_name_and_the_native_build_is_never_published():
+    """Item 1 of the last mile: an unnamed, merged download took the native aarch64 wheels (same names, other bytes)
+    into the release. Every download now names its artifact and has a folder of its own; only the build job's
+    comparison takes the native one."""
+    jobs = load("release.yml")["jobs"]
+    text = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    assert "merge-multiple" not in text and "pattern:" not in text
+    for name, job in jobs.items():
+        if "steps" in job:
+            got = downloads(job)
+            assert len(set(got.values())) == len(got), name  # each artifact in its own folder
+            assert ("oeq-aarch64-native" in got) == (name == "build"), name
+    for name in ("preflight", "github-release"):
+        assert downloads(jobs[name]) == {"wheels": "dist", "oeq-wheels": "dist-extra", "release-files": "release-files"}
+    assert downloads(jobs["attest"]) == {"wheels": "dist", "oeq-wheels": "dist-extra"}
+    assert downloads(jobs["publish-pypi"]) == {"wheels": "dist"}
+    build = " ".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert "compare-builds dist-extra native-extra --arch aarch64 --bytes" in build
+
+
+def test_manual_runs_publish_nothing_and_every_door_checks_the_recorded_set_first():
+    """The event decides, not the ref; provenance before any upload; each uploading job re-checks what it
+    downloaded against records/release.json (standard library only in the job that holds PyPI's token)."""
+    jobs = load("release.yml")["jobs"]
+    for name in PUBLISHING:
+        assert jobs[name]["if"] == TAG_PUSH, name
+    assert set(jobs["preflight"]["needs"]) == {"tag", "build", "clean-install"}
+    assert jobs["attest"]["needs"] == "preflight"
+    assert set(jobs["publish-pypi"]["needs"]) == {"preflight", "attest"}
+    assert set(jobs["github-release"]["needs"]) == {"attest", "publish-pypi"} and jobs["pages"]["needs"] == "github-release"
+    for name in ("preflight", "attest", "publish-pypi", "github-release"):
+        runs = " ".join(s.get("run", "") for s in jobs[name]["steps"])
+        assert "python3 -I -m oeq_wheels.release.recorded check" in runs, name
+    pre = " ".join(s.get("run", "") for s in jobs["preflight"]["steps"])
+    assert "--tag \"$TAG\" --complete" in pre and "--check-index" in pre and "new-assets existing" in pre
+    assert "-m oeq_wheels site --out _site" in pre  # the whole site lays out with this release added
+    pypi = " ".join(s.get("run", "") for s in jobs["publish-pypi"]["steps"])
+    assert "bootstrap" not in pypi and "pip" not in pypi  # no third-party code beside the publishing token
+    tag_runs = " ".join(s.get("run", "") for s in jobs["tag"]["steps"])
+    assert "NOT PUBLISHED" in tag_runs and '"$EVENT" = push' in tag_runs
 
 
 def load(name: str) -> dict:
@@ -105,19 +158,23 @@ def test_release_checks_the_tag_and_publishes_only_after_tests_and_every_clean_i
     assert ci["strategy"]["fail-fast"] is False
     assert ci["strategy"]["matrix"]["python"].startswith("${{ fromJSON(needs.tag.outputs.pythons) }}")
     assert "tag" in ci["needs"]
-    assert set(jobs["publish-pypi"]["needs"]) == {"build", "clean-install"}
+    assert set(jobs["preflight"]["needs"]) == {"tag", "build", "clean-install"}
     assert jobs["publish-pypi"]["environment"]["name"] == "pypi"
-    assert jobs["publish-pypi"]["permissions"] == {"id-token": "write"}
-    assert jobs["publish-pypi"]["steps"][-1]["with"]["skip-existing"] is True  # a re-run completes, never fails
+    assert jobs["publish-pypi"]["permissions"] == {"contents": "read", "id-token": "write"}
+    # a re-run completes; preflight refused any file of ours that PyPI holds with other bytes
+    assert jobs["publish-pypi"]["steps"][-1]["with"]["skip-existing"] is True
+    assert jobs["github-release"]["environment"]["name"] == "release"  # protected: reviewers decide
+    assert jobs["github-release"]["permissions"] == {"contents": "write"}
     release = jobs["github-release"]["steps"][-1]["run"]
-    assert "gh release view" in release and "--clobber" in release and "gh release create" in release
+    assert "gh release view" in release and "new-assets existing" in release and "gh release create" in release
+    assert "--clobber" not in (REPO / ".github" / "workflows" / "release.yml").read_text()
 
 
 def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_permissions():
     jobs = load("release.yml")["jobs"]
     pages = jobs["pages"]
     assert pages["needs"] == "github-release"  # after the clean installs, PyPI and the release
-    assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert pages["permissions"] == {"contents": "read", "attestations": "read", "pages": "write", "id-token": "write"}
     assert pages["environment"]["name"] == "github-pages"
     assert pages["concurrency"] == {"group": "pages", "cancel-in-progress": False}  # deployments never overlap
     assert all("pages" not in j.get("permissions", {}) and "id-token" not in j.get("permissions", {})
@@ -125,6 +182,9 @@ def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_pe
     runs = " ".join(s.get("run", "") for s in pages["steps"])
     assert "gh release download" in runs and "--pattern SHA256SUMS" in runs
     assert "-m oeq_wheels site --out _site" in runs and '--release "$d"' in runs
+    assert 'gh attestation verify "$f" --repo "$GITHUB_REPOSITORY"' in runs  # provenance of each served file
+    (co,) = [s for s in pages["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert co["with"]["fetch-depth"] == 0  # the tags: each release held to its own records/release.json
     uses = [s.get("uses", "") for s in pages["steps"]]
     assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
     assert uses[-1].startswith("actions/deploy-pages@")
@@ -208,11 +268,10 @@ def test_every_wheel_the_release_attaches_and_serves_is_attested_with_least_priv
     jobs = load("release.yml")["jobs"]
     attest = jobs["attest"]
     assert attest["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write"}
-    assert attest["needs"] == "publish-pypi" and jobs["github-release"]["needs"] == "attest"
-    (dl,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert dl["with"]["pattern"] == "{wheels,oeq-wheels}"  # both packages' wheels
+    assert attest["needs"] == "preflight"  # before any upload
+    assert downloads(attest) == {"wheels": "dist", "oeq-wheels": "dist-extra"}  # both packages' wheels
     (step,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
-    assert step["with"]["subject-path"] == "out/*.whl"
+    assert step["with"]["subject-path"].split() == ["dist/*.whl", "dist-extra/*.whl"]
     from oeq_wheels import pins as P
     assert f"gh attestation verify WHEEL --repo {P.load().repository}" in (REPO / "README.md").read_text()
 

@@ -3,6 +3,7 @@ the stand-ins' own Python): releases kept in $OEQ_REHEARSAL_GITHUB/releases/TAG,
 GitHub gives them (site.release_asset_name)."""
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -19,7 +20,25 @@ def release(tag: str) -> Path:
     return ROOT / tag
 
 
+def attestation(argv: list[str]) -> int:
+    """`gh attestation verify FILE --repo R`: FILE's sha256 is among the subjects the attest stand-in recorded."""
+    ap = argparse.ArgumentParser(prog="gh attestation")
+    ap.add_argument("verb", choices=["verify"])
+    ap.add_argument("file")
+    ap.add_argument("--repo", required=True)
+    a = ap.parse_args(argv)
+    digest = hashlib.sha256(Path(a.file).read_bytes()).hexdigest()
+    attested = Path(os.environ["OEQ_REHEARSAL_GITHUB"]) / "attested.txt"
+    known = {line.split()[0] for line in attested.read_text().splitlines()} if attested.is_file() else set()
+    if a.repo != os.environ["GITHUB_REPOSITORY"] or digest not in known:
+        print(f"gh stand-in: no attestation of {Path(a.file).name} ({digest[:16]}…) by {a.repo}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["attestation"]:
+        return attestation(argv[1:])
     if argv[:1] != ["release"]:
         print(f"gh stand-in: only `gh release` is stood in for, not {' '.join(argv[:2])}", file=sys.stderr)
         return 2
@@ -42,6 +61,9 @@ def main(argv: list[str]) -> int:
         return 1
     if a.verb == "view":
         return 0 if release(a.args[0]).is_dir() else 1
+    if a.verb == "download" and not release(a.args[0]).is_dir():
+        print(f"gh stand-in: release not found: {a.args[0]}", file=sys.stderr)
+        return 1
     if a.verb in ("create", "upload"):
         tag, files = a.args[0], a.args[1:]
         if a.verb == "create" and release(tag).is_dir():
