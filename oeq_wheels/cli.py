@@ -134,6 +134,10 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--python", help="the suite's slice: the tag job and the build job's steps for this CPython")
     rc.add_argument("--keep-caches", action="store_true", help="keep the runner user's caches (default: empty them)")
     rc.add_argument("--keep", action="store_true", help="keep the rehearsal's folder (the clone, the log)")
+    rc.add_argument("--hostile", nargs="*", metavar="SCENARIO",
+                    help="the last mile only, seeded with `make wheels` output, once per scenario (default: all: "
+                         "clean, native-differs, asset-altered, manual-run, pypi-other-bytes); each hostile one "
+                         "must publish nothing and say why")
     rc.add_argument("--without-tests", action="store_true",
                     help="every job of release.yml but the test workflow it calls (run `make test` on its own)")
 
@@ -362,7 +366,9 @@ def _publish(args) -> int:
 
 
 def _rehearse_ci(args) -> int:
-    from .checks.rehearse_ci import run
+    from .checks.rehearse_ci import run, run_hostile
+    if args.hostile is not None:
+        return run_hostile(fresh=not args.keep_caches, keep=args.keep, only=args.hostile or None)
     return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep, tests=not args.without_tests)
 
 

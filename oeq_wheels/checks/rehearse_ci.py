@@ -28,7 +28,7 @@ from ..inputs import pythons
 from ..errors import OeqWheelsError
 from ..files import sha256_file
 from ..progress import say
-from . import hosts
+from . import hosts, last_mile
 from ..release.publish import recorded_sha256s, unrecorded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,11 +232,49 @@ def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[
     return problems
 
 
+def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: dict) -> int:
+    """0 when the scenario ended as it must: the clean run published the recorded set; a hostile one published
+    nothing, and the log holds its one line naming the file and why."""
+    problems = []
+    out = last_mile.published(ws, before)
+    if scenario.refusal:
+        lines = [line.strip() for line in text.splitlines() if scenario.refusal in line]
+        if out:
+            problems.append(f"published although it must not: {', '.join(out[:5])}")
+        if not lines:
+            problems.append(f"no line in act's log says {scenario.refusal!r}")
+        else:
+            say(f"rehearse-ci: {scenario.name}: refused: {lines[0][-400:]}")
+    else:
+        problems += [f"act exited {rc}"] if rc else []
+        problems += check_published(ws, recorded_sha256s(ws / "clone" / "records" / "release.json"), complete=True)
+        if not (ws / "pages" / "site").is_dir():
+            problems.append("no site was deployed")
+    for p in problems:
+        say(f"rehearse-ci: {scenario.name}: FAIL: {p}")
+    say(f"rehearse-ci: scenario {scenario.name}: {'NOT as expected' if problems else 'as expected'} (act exit {rc})")
+    return 1 if problems else 0
+
+
+def run_hostile(fresh: bool = True, keep: bool = False, only: list[str] | None = None) -> int:
+    """The last mile under act, once per scenario (checks/last_mile.py): the clean run publishes exactly the recorded
+    set; each hostile one publishes nothing and says why in one line. Returns 1 when any scenario does otherwise."""
+    names = only or list(last_mile.SCENARIOS)
+    unknown = sorted(set(names) - set(last_mile.SCENARIOS))
+    if unknown:
+        raise RehearsalError(f"no scenario {', '.join(unknown)}; choose from {', '.join(last_mile.SCENARIOS)}")
+    failed = [n for i, n in enumerate(names)
+              if run(fresh=fresh and i == 0, keep=keep, scenario=last_mile.SCENARIOS[n]) != 0]
+    say(f"rehearse-ci: hostile: {len(names) - len(failed)} of {len(names)} scenario(s) as expected"
+        + (f"; NOT as expected: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
 def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = True, keep: bool = False,
-        tests: bool = True) -> int:
+        tests: bool = True, scenario: last_mile.Scenario | None = None) -> int:
     """Run release.yml (which calls test.yml) under act; jobs: only these (act -j, with their needs); python: the
-    narrow slice (narrow()) for that CPython. Returns act's exit status, or 1 when what was published is not the
-    recorded bytes."""
+    narrow slice (narrow()) for that CPython; scenario: the last mile, seeded and judged (last_mile.py). Returns
+    act's exit status, or 1 when what was published is not the recorded bytes (or not what the scenario expects)."""
     pins = pins_mod.load()
     act = act_binary()
     user, home = runner_user()
@@ -247,7 +285,10 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
     try:
         clone, tag = tagged_clone(REPO, ws / "clone", pins)
         workflow = clone / ".github" / "workflows" / "release.yml"
-        if python:
+        if scenario:
+            workflow = _dump(last_mile.workflow(_load(workflow)), ws / f"last-mile-{scenario.name}.yml")
+            say(f"rehearse-ci: scenario {scenario.name}: {scenario.what}")
+        elif python:
             workflow = narrow(workflow, python, ws / "release-slice.yml")
         else:
             workflow = without(workflow, set(NOT_RUN) | (set() if tests else {"tests"}), ws / "release-here.yml")
@@ -267,6 +308,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         act = shutil.copy(act, ws / "bin" / "act")  # the runner user reaches no file of the caller's home
         for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
             (ws / d).mkdir()
+        if scenario:
+            last_mile.seed(ws, scenario, REPO, tag, pins)
+        before = last_mile.snapshot(ws)
         if os.geteuid() == 0:
             subprocess.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
         as_user = [] if os.geteuid() != 0 else ["sudo", "-u", user, "-H", "--"]
@@ -288,12 +332,14 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                    "OEQ_REHEARSAL_ARTIFACTS": str(ws / "artifacts"), "OEQ_REHEARSAL_GITHUB": str(ws / "github"),
                    "OEQ_REHEARSAL_PAGES": str(ws / "pages" / "site"), "OEQ_REHEARSAL_PYPI": pypi,
                    "OEQ_REHEARSAL_TWINE": str(Path(standin_python).parent / "twine"),
-                   "OEQ_REHEARSAL_PYTHON": standin_python,
+                   "OEQ_REHEARSAL_PYTHON": standin_python, "OEQ_REHEARSAL_SEED": str(ws / "seed"),
+                   # publish asks the loopback index for the files already there (twine's own variable)
+                   "TWINE_REPOSITORY_URL": pypi,
                    "PATH": f"{hostcc}:{standins / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                    "HOME": str(home), "USER": user,
                    # This machine's way out (its CA bundle, a proxy), as a runner image has its own: not a stand-in.
                    **{k: v for k, v in os.environ.items() if NETWORK.fullmatch(k)}}
-            cmd = [act, "push", "-W", str(workflow), "-e", str(event), "-P", "ubuntu-24.04=-self-hosted",
+            cmd = [act, scenario.event if scenario else "push", "-W", str(workflow), "-e", str(event), "-P", "ubuntu-24.04=-self-hosted",
                    "--action-cache-path", str(ws / "act-cache"),
                    *(a for r in local_repositories([clone / ".github" / "workflows" / w
                                                     for w in ("release.yml", "test.yml")], standins)
@@ -308,6 +354,11 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                     if re.search(r"Job (succeeded|failed)|Skipping|::error|❌|rehearse-ci|stand-in", line):
                         print(line.rstrip(), flush=True)
                 rc = proc.wait()
+        if scenario:
+            shutil.copyfile(log, _last_log().with_name(f"last-mile-{scenario.name}.log"))
+            res = _judge(scenario, rc, log.read_text(), ws, before)
+            keep = keep or res != 0  # a scenario not as expected keeps its folder (the log, what was published)
+            return res
         if rc != 0:
             shutil.copyfile(log, _last_log())
             say(f"rehearse-ci: act exited {rc}; the log is {log} (and {_last_log()})")

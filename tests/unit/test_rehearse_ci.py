@@ -146,3 +146,24 @@ def test_the_tool_cache_has_one_place_for_every_run():
     assert "tool_cache(tool_cache_dir(home)" in src and '"toolcache"' not in src
     # emptied before the tool cache is made there, not after
     assert src.index('for c in (".cache", ".local/share/uv")') < src.index("tool_cache(tool_cache_dir(home)")
+
+
+def test_the_last_mile_slice_keeps_every_publishing_job_and_feeds_the_comparison_the_seeded_build():
+    """`rehearse-ci --hostile` (checks/last_mile.py): release.yml's own publishing jobs as they are; the build job cut
+    to its native comparison (no `if`: the native artifact is seeded) and its artifacts; one clean scenario, one
+    manual run. The scenarios themselves run under act (`make rehearse-ci REHEARSE_CI_FLAGS=--hostile`)."""
+    from oeq_wheels.checks import last_mile
+    wf = last_mile.workflow(rehearse_ci._load(REPO / ".github" / "workflows" / "release.yml"))
+    original = rehearse_ci._load(REPO / ".github" / "workflows" / "release.yml")["jobs"]
+    assert list(wf["jobs"]) == ["tag", "build", "preflight", "attest", "publish-pypi", "github-release", "pages"]
+    for name in ("attest", "publish-pypi", "github-release", "pages"):
+        assert wf["jobs"][name] == original[name], name
+    steps = wf["jobs"]["build"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    assert any("$OEQ_REHEARSAL_SEED/dist" in r for r in runs) and not any("build.sh" in r for r in runs)
+    (compare,) = [s for s in steps if "compare-builds" in s.get("run", "")]
+    assert "--bytes" in compare["run"] and "if" not in compare
+    uploads = [s["with"]["name"] for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert uploads == ["wheels", "oeq-wheels", "release-files"]
+    assert [s.event for s in last_mile.SCENARIOS.values()].count("workflow_dispatch") == 1
+    assert [s.name for s in last_mile.SCENARIOS.values() if not s.refusal] == ["clean"]
