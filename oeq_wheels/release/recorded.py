@@ -26,6 +26,12 @@ PATH = REPO / RELATIVE
 MAX_BYTES = 1 << 20
 
 
+def release_asset_name(name: str) -> str:
+    """The name GitHub gives a release asset: every character but letters, digits, '.', '-', '_' becomes '.',
+    and leading or trailing periods go (as documented above, and as observed: `a+b` -> `a.b`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", ".", name).strip(".")
+
+
 @dataclass(frozen=True)
 class Recorded:
     version: str
@@ -102,7 +108,6 @@ def at_tag(tag: str, repo: Path = REPO) -> Recorded:
 def new_assets(existing: Path, files: list[Path]) -> list[Path]:
     """The files a release does not hold yet. Every asset it does hold must be one of `files`, byte for byte (under
     the name the host gives it): a re-run completes a release, and never replaces or keeps other bytes."""
-    from .site import release_asset_name  # the host's renaming rule, in one place
     ours = {release_asset_name(f.name): f for f in files}
     problems = []
     for a in sorted(p for p in existing.iterdir() if p.is_file()) if existing.is_dir() else []:

@@ -44,18 +44,13 @@ from ..errors import Refused, UsageError
 from ..files import sha256_file
 from ..gate_common import python_of
 from . import recorded
+from .recorded import release_asset_name
 
 PROJECT = "openequivariance"
 
 
 class SiteError(UsageError):
     pass
-
-
-def release_asset_name(name: str) -> str:
-    """The name GitHub gives a release asset: every character but letters, digits, '.', '-', '_' becomes '.',
-    and leading or trailing periods go (as documented above, and as observed: `a+b` -> `a.b`)."""
-    return re.sub(r"[^A-Za-z0-9._-]", ".", name).strip(".")
 
 
 @dataclass(frozen=True)

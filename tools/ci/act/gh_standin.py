@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
     if a.verb == "list":
         tags = sorted(p.name for p in ROOT.iterdir()) if ROOT.is_dir() else []
         if a.jq == ".[].tagName":
-            print("\n".join(tags))
+            print("".join(f"{t}\n" for t in tags), end="")  # as gh: nothing at all when there is no release
         else:
             print(json.dumps([{"tagName": t} for t in tags]))
         return 0
