@@ -23,6 +23,10 @@ from builds import cli, finish, hidden, private_cache, processes_of, wait_for, w
 from oeq_wheels.files import KEEP_DIR_VAR, default_cache, locked  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
+# Hypothesis keeps caches (source constants, Unicode tables) in ./.hypothesis, database or not: in the pipeline's
+# cache instead, so that a run writes nothing into the checkout. Read when its plugin first collects, after this.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(default_cache() / "hypothesis"))
+
 
 # Capabilities the suite brings up itself where it can (tools/ci/engine.sh, the emulated root file systems): where it
 # cannot (not root, no apt-get), their tests are SKIPPED by name with the reason; where a capability is named here

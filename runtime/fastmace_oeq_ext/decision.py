@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import cudaflags
-from .manifest import FILE_NAME, Manifest, ManifestError
+from .manifest import FILE_NAME, MAX_BYTES, Manifest, ManifestError
 from .oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
 HERE = Path(__file__).resolve().parent
@@ -134,12 +134,14 @@ def _oeq_extlib() -> Path | None:
     return Path(spec.origin).parent / "_torch" / "extlib"
 
 
-def _oeq_build_record() -> str | None:
+def _oeq_build_record() -> str | bytes | None:
     """The build record of a binary openequivariance wheel of ours (its CUDA line), as text; None if none."""
     try:
         return metadata.distribution("openequivariance").read_text(OEQ_BUILD_FILE)
     except (metadata.PackageNotFoundError, OSError):
         return None
+    except UnicodeDecodeError as exc:  # a damaged record: its bytes, which OeqBuild.from_json refuses as not UTF-8
+        return exc.object
 
 
 def _project_urls() -> dict[str, str]:
@@ -225,7 +227,9 @@ def environment(environ=None) -> dict:
 
 # ---------------------------------------------------------------- the prebuilt
 def load_manifest(path: Path = MANIFEST) -> Manifest:
-    return Manifest.from_json(path.read_text())
+    """The manifest at path; ManifestError for any content that is not one (OSError where it cannot be read)."""
+    with path.open("rb") as f:  # never more than a byte past the cap, which from_json refuses
+        return Manifest.from_json(f.read(MAX_BYTES + 1))
 
 
 def prebuilt_mismatch(m: Manifest, env: dict) -> str | None:
@@ -303,9 +307,12 @@ def check(manifest_path: Path | None = None, environment: dict | None = None) ->
     if why:
         return Decision(False, why, None)
     so = path.parent / m.library
-    if so.parent != path.parent or not so.is_file():
-        return Decision(False, f"library missing: {so}", None)
-    digest = hashlib.sha256(so.read_bytes()).hexdigest()
+    try:  # a name too long for the file system is an OSError of is_file() itself
+        if so.parent != path.parent or not so.is_file():
+            return Decision(False, f"library missing: {so}", None)
+        digest = hashlib.sha256(so.read_bytes()).hexdigest()
+    except OSError as exc:
+        return Decision(False, f"library unreadable: {exc.strerror or exc}", None)
     if digest != m.sha256:
         return Decision(False, f"library {so.name} sha256 {digest[:12]}... differs from the manifest's "
                                f"{m.sha256[:12]}... (damaged or replaced)", None)

@@ -27,6 +27,8 @@ DERIVED = ("oeq_version", "torch_version", "torch_local", "pybind11", "extension
 SCHEMA3_TWINS = {"version": "extension_version", "platform_tag": "platform", "python_tag": "python",
                  "library_sha256": "sha256"}
 ABI_FLAG, STD_FLAG, NAME_FLAG = "-D_GLIBCXX_USE_CXX11_ABI=", "-std=", "-DTORCH_EXTENSION_NAME="
+# A manifest is a few KB: anything longer is damaged, and a reader stops one byte past this.
+MAX_BYTES = 1 << 20
 
 
 class ManifestError(ValueError):
@@ -120,17 +122,17 @@ class Manifest:
                           sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "Manifest":
+    def from_json(cls, text: str | bytes) -> "Manifest":
         data = json_object(text)
         schema = data.get("schema")
         if schema not in READS:
-            raise ManifestError(f"schema {schema!r}, this runtime reads schemas {READS[0]} to {READS[-1]}")
+            raise ManifestError(f"schema {_shown(schema)}, this runtime reads schemas {READS[0]} to {READS[-1]}")
         written = {"schema", "pybind11", *(f.name for f in fields(cls))}
         if schema == 3:
             written |= {*DERIVED, *SCHEMA3_TWINS}
         extra = sorted(set(data) - written)
         if extra:
-            raise ManifestError(f"field {extra[0]!r} is not in schema {schema}")
+            raise ManifestError(f"field {_shown(extra[0])} is not in schema {schema}")
         m = cls(**typed_fields(cls, data))
         twins = {"pybind11": m.pybind11}
         if schema == 3:
@@ -138,7 +140,8 @@ class Manifest:
             twins.update({old: getattr(m, new) for old, new in SCHEMA3_TWINS.items()})
         for key, value in twins.items():
             if data.get(key) != value:
-                raise ManifestError(f"field {key!r} is {data.get(key)!r} but the manifest's other fields say {value!r}")
+                raise ManifestError(f"field {key!r} is {_shown(data.get(key))} but the manifest's other fields say "
+                                    f"{_shown(value)}")
         m.check_consistent()
         return m
 
@@ -159,10 +162,20 @@ class Manifest:
             raise ManifestError("field 'flags' has no C++ standard")
 
 
-def json_object(text: str) -> dict:
+def json_object(text: str | bytes) -> dict:
+    """The JSON object in text (bytes: UTF-8); whatever else it holds is one ManifestError."""
+    if len(text) > MAX_BYTES:
+        raise ManifestError(f"longer than {MAX_BYTES >> 20} MiB (a manifest is a few KB): damaged or not a manifest")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"not UTF-8 text (byte {text[exc.start]:#04x} at offset {exc.start})") from None
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except RecursionError:
+        raise ManifestError("JSON nested too deep to be a manifest") from None
+    except ValueError as exc:  # also an integer of too many digits
         raise ManifestError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ManifestError("not a JSON object")
@@ -184,31 +197,41 @@ def typed_fields(cls, data: dict, records: tuple[type, ...] = (Input,)) -> dict:
 def _typed(name: str, kind: str, value, records: dict[str, type]):
     """Check one field against its annotation (a string, with `from __future__ import annotations`)."""
     if kind == "str":
-        if not isinstance(value, str) or not value:
-            raise ManifestError(f"field {name!r} must be a non-empty string, got {value!r}")
+        # Printable: every field is told on one line, and a NUL or lone surrogate would fail a path or a print.
+        if not isinstance(value, str) or not value or not value.isprintable():
+            raise ManifestError(f"field {name!r} must be a non-empty printable string, got {_shown(value)}")
         return value
     if kind == "int":
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ManifestError(f"field {name!r} must be an integer, got {value!r}")
+            raise ManifestError(f"field {name!r} must be an integer, got {_shown(value)}")
         return value
     if kind in records:
         return _record(name, records[kind], value, records)
     if kind.startswith("tuple[") and kind[6:-6] in records:
         if not isinstance(value, list):
-            raise ManifestError(f"field {name!r} must be a list, got {value!r}")
+            raise ManifestError(f"field {name!r} must be a list, got {_shown(value)}")
         cls = records[kind[6:-6]]
         return tuple(_record(f"{name}[{i}]", cls, v, records) for i, v in enumerate(value))
     if kind == "tuple[str, ...]":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ManifestError(f"field {name!r} must be a list of strings, got {value!r}")
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.isprintable() for v in value):
+            raise ManifestError(f"field {name!r} must be a list of printable strings, got {_shown(value)}")
         return tuple(value)
     raise AssertionError(f"unhandled manifest field type {kind}")  # a bug here, not bad input
 
 
 def _record(name: str, cls, value, records: dict[str, type]):
     if not isinstance(value, dict):
-        raise ManifestError(f"field {name!r} must be an object, got {value!r}")
+        raise ManifestError(f"field {name!r} must be an object, got {_shown(value)}")
     try:
         return cls(**{f.name: _typed(f"{name}.{f.name}", f.type, value[f.name], records) for f in fields(cls)})
     except KeyError as exc:
         raise ManifestError(f"field {name}.{exc.args[0]} missing") from None
+
+
+def _shown(value) -> str:
+    """A value as an error message quotes it: cut short, since a damaged field may be a megabyte or nested deep."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep"
+    return text if len(text) <= 60 else text[:57] + "..."
