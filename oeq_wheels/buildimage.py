@@ -4,7 +4,9 @@ The same packages as the build root (oeq_wheels/buildroot.py), installed as Debi
 container (where bubblewrap cannot run) finds its own toolchain to be the pinned one (build.toolchain_maker checks it
 with dpkg-query and `dpkg --verify`) and makes the released bytes:
 - `debootstrap --variant=minbase` of pins.toml's Debian release from its archive, with what a build needs to run
-  (BASE: the CA bundle, xz, the CPythons' shared libraries);
+  (BASE: the CA bundle, xz, the CPythons' shared libraries), the archive's signature checked against Debian's
+  archive keyring (--keyring: never trusted on first use over http). These base packages are the suite's of the day
+  (debootstrap takes no versions); the compilers, binutils and libc are the pinned .debs below, checked in the root;
 - every pinned toolchain package from its .deb, fetched by its pinned sha256 and installed with dpkg in the root
   (whatever version the archive serves today), then checked in the root against the pins;
 - this host's CPythons of the pinned versions, at their own prefixes (their libpython is found by an absolute
@@ -86,9 +88,14 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
     sudo = debian.as_root()
     if sudo is None:
         raise BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
-    why = debian.ensure("debootstrap", "debootstrap")
-    if why:
-        raise BuildImageError(f"making the build image needs debootstrap: {why}")
+    for package, program, needed in (("debootstrap", "debootstrap", ""),
+                                     ("debian-archive-keyring", str(debian.ARCHIVE_KEYRING),
+                                      " (Debian's archive keys: debootstrap checks the archive's signature with them)"),
+                                     ("gpgv", "gpgv", " (debootstrap checks the archive's signature with it)")):
+        why = debian.ensure(package, program)
+        if why:
+            raise BuildImageError(f"making the build image needs {package}{needed}: {why}; install {package} "
+                                  f"(`apt-get install {package}`)")
     debs = tc.for_host(_machine())
     items = [pins_mod.Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=tc.archive + d.file) for d in debs]
     files = fetch.ensure(items, cache, say)
@@ -99,8 +106,8 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
     try:
         root = Path(tmp) / "root"
         run = lambda *cmd: subprocess.run([*sudo, *cmd], capture_output=True, text=True)  # noqa: E731
-        res = run("debootstrap", "--variant=minbase", f"--include={','.join(BASE)}", tc.debian, str(root),
-                  tc.archive)
+        res = run("debootstrap", "--variant=minbase", f"--keyring={debian.ARCHIVE_KEYRING}",
+                  f"--include={','.join(BASE)}", tc.debian, str(root), tc.archive)
         if res.returncode != 0:
             raise BuildImageError(f"debootstrap {tc.debian} from {tc.archive} failed: "
                                   f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")

@@ -1,5 +1,5 @@
 """The toolchain's trust root is Debian's archive key: re-pinning reads only the part of InRelease that gpgv verified
-against debian-archive-keyring. A fake
+against debian-archive-keyring, and the build image's debootstrap checks the archive with the same keyring. A fake
 InRelease is signed with a throwaway key made here (gpg, in a home of its own); a real one, where apt left one in its
 lists, verifies against Debian's keyring."""
 import hashlib
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from oeq_wheels import debian, repin_toolchain as R
+from oeq_wheels import buildimage, debian, pins as P, repin_toolchain as R
 from oeq_wheels.errors import UsageError
 
 ARCHIVE = "http://archive.invalid/debian/"
@@ -131,3 +131,36 @@ def test_a_real_debian_inrelease_verifies_against_debians_keyring():
                               str(found[0]), codename)
     assert f"Codename: {codename}" in text and "\nSHA256:\n" in text and "binary-forged" not in text
 
+
+def test_the_build_images_debootstrap_checks_the_archive_with_debians_keyring(tmp_path, monkeypatch):
+    """debootstrap of pins.toml's release from its archive, with --keyring: the signature of what it fetches is
+    checked against Debian's keys, not trusted on first use; a host without the keyring stops before it runs."""
+    ran = []
+    monkeypatch.setattr(buildimage.debian, "as_root", lambda: [])
+    monkeypatch.setattr(buildimage.debian, "ensure", lambda package, program: None)
+    monkeypatch.setattr(buildimage.fetch, "ensure", lambda items, cache, log: {})
+    monkeypatch.setattr(buildimage, "_machine", lambda: "x86_64")
+
+    def run(cmd, **kw):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "E: stopped here by the test\n")
+    monkeypatch.setattr(buildimage.subprocess, "run", run)
+    pins = P.load()
+    with pytest.raises(buildimage.BuildImageError, match="debootstrap bookworm from .* failed"):
+        buildimage.rootfs(pins, tmp_path, [])
+    (debootstrap,) = [c for c in ran if "debootstrap" in c]
+    assert f"--keyring={debian.ARCHIVE_KEYRING}" in debootstrap
+    assert debootstrap[-3] == pins.toolchain.debian and debootstrap[-1] == pins.toolchain.archive
+
+    def no_keyring(package, program):
+        return "debian-archive-keyring is not installed and installing it needs root" \
+            if package == "debian-archive-keyring" else None
+    monkeypatch.setattr(buildimage.debian, "ensure", no_keyring)
+    ran.clear()
+    with pytest.raises(buildimage.BuildImageError) as exc:
+        buildimage.rootfs(pins, tmp_path, [])
+    assert str(exc.value) == ("making the build image needs debian-archive-keyring (Debian's archive keys: "
+                              "debootstrap checks the archive's signature with them): debian-archive-keyring is not "
+                              "installed and installing it needs root; install debian-archive-keyring (`apt-get "
+                              "install debian-archive-keyring`)")
+    assert not [c for c in ran if "debootstrap" in c]
