@@ -59,6 +59,7 @@ class Pins:
     compilers: dict[str, dict[str, str]]  # by the build host's Debian architecture, then target ([arch.NAME])
     debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
     pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
+    pythons_host: str = "amd64"           # the build host's Debian architecture those headers are (pyconfig.h's)
 
     def compiler(self, machine: str, target: str) -> str | None:
         """What the root's compiler for `target` says of itself on a `machine` build host."""
@@ -79,7 +80,8 @@ def load(data: dict) -> Pins:
     debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
             for k, v in hosts.items()}
     pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
-    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons)
+    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons,
+                t.get("pythons_host", "amd64"))
 
 
 def key(debs: tuple[Deb, ...]) -> str:
