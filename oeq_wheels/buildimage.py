@@ -30,6 +30,7 @@ from . import buildroot, debian
 from .inputs import fetch, pythons
 from . import pins as pins_mod
 from .errors import OeqWheelsError
+from .files import locked, try_locked
 from .progress import say
 
 FORMAT = 2                      # of the image: a change here makes new images
@@ -79,12 +80,19 @@ def tag(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
     return f"{REPOSITORY}:{key(pins, interps)}"
 
 
+def _tar(cache: Path, name: str) -> Path:
+    return cache / "build-image" / f"rootfs-{name}.tar.gz"
+
+
 def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter]) -> Path:
-    """The image's root file system as a gzipped tar, made once per key (~3 min: debootstrap, dpkg, gzip -1)."""
+    """The image's root file system as a gzipped tar, made once per key (~3 min: debootstrap, dpkg, gzip -1). The
+    caller holds the key's lock (ensure), so no other run is writing this key's tar."""
     tc, name = pins.toolchain, key(pins, interps)
-    out = cache / "build-image" / f"rootfs-{name}.tar.gz"
+    out = _tar(cache, name)
     if out.is_file():
         return out
+    for killed in out.parent.glob(out.name + ".*.part"):  # a killed run's: none is live while the lock is held
+        killed.unlink(missing_ok=True)
     sudo = debian.as_root()
     if sudo is None:
         raise BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
@@ -158,21 +166,45 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
         os.replace(part, out)
     finally:
         subprocess.run([*sudo, "rm", "-rf", tmp], capture_output=True)
-    for old in out.parent.glob("rootfs-*"):
-        if old != out and old.is_file():
-            old.unlink()
     return out
 
 
+def remove_stale(keep: Path) -> None:
+    """The other keys' root file systems, and a killed run's .part of them, each only while no run holds its key's
+    lock (a run making or importing one holds it: never another run's live .part or the tar it imports). The lock
+    files stay: removing one that a run waits on would let a third run lock a new file of the same name."""
+    bases = {e.name.split(".tar.gz", 1)[0] for e in keep.parent.glob("rootfs-*")}
+    for base in sorted(bases):
+        tar = keep.with_name(base + ".tar.gz")
+        if tar == keep:
+            continue
+        with try_locked(tar) as free:
+            if free:
+                for f in [tar, *keep.parent.glob(tar.name + ".*.part")]:
+                    f.unlink(missing_ok=True)
+
+
 def ensure(client: str, pins: pins_mod.Pins, cache: Path, env: dict | None = None) -> str:
-    """The build image in the engine of `client` (docker, podman, a wrapper): made and imported once per key."""
+    """The build image in the engine of `client` (docker, podman, a wrapper): made and imported once per key. Runs
+    at once take turns per key (the second waits, naming the first, then finds it made); the root file systems of
+    other keys are removed only when no run uses them."""
     interps = interpreters(pins)
     name = tag(pins, interps)
-    if subprocess.run([client, "image", "inspect", name], capture_output=True, env=env).returncode == 0:
+    inspect = lambda: subprocess.run([client, "image", "inspect", name], capture_output=True,  # noqa: E731
+                                     env=env).returncode == 0
+    if inspect():
         return name
-    tar = rootfs(pins, cache, interps)
-    with open(tar, "rb") as f:
-        res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
-    if res.returncode != 0:
-        raise BuildImageError(f"{client} import of the build image failed: {(res.stderr or res.stdout).strip()[-200:]}")
+    tar = _tar(cache, key(pins, interps))
+    with locked(tar, holder=f"pid {os.getpid()}, making or importing {name}",
+                waiting=lambda who: say(f"oeq-wheels: another run is making the build image {name} ({who}); "
+                                        "waiting for it")):
+        if inspect():  # the run waited for imported it into this engine
+            return name
+        rootfs(pins, cache, interps)
+        with open(tar, "rb") as f:
+            res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            raise BuildImageError(f"{client} import of the build image failed: "
+                                  f"{(res.stderr or res.stdout).strip()[-200:]}")
+    remove_stale(tar)
     return name

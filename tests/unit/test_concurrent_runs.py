@@ -1,15 +1,70 @@
 """Runs at once do not collide: container runs that share a volume take turns (a lock per volume in the cache; the
-second waits, naming the first). A fake engine (a script) stands in for docker; host builds sharing a cache are
-tests/integration/test_interrupts.py's."""
+second waits, naming the first), a build image's root file system is made by one run per key while the others wait,
+and only other keys' file systems that no run holds are removed, never a live run's .part. A fake engine (a script)
+stands in for docker; host builds sharing a cache are tests/integration/test_interrupts.py's."""
 import os
 import subprocess
+import threading
 import time
 
 import pytest
 
 from conftest import REPO
+from oeq_wheels import buildimage, pins as P
+from oeq_wheels.files import locked
 
 RUN_CONTAINER = REPO / "tools/release/oeq_wheels/run_container.sh"
+
+
+def test_only_other_keys_root_file_systems_that_no_run_holds_are_removed(tmp_path):
+    d = tmp_path / "build-image"
+    d.mkdir()
+    keep, stale, live = (d / f"rootfs-{k}.tar.gz" for k in ("keep", "stale", "live"))
+    for f in (keep, stale, d / "rootfs-stale.tar.gz.111.part", live, d / "rootfs-live.tar.gz.222.part"):
+        f.write_bytes(b"tar")
+    with locked(live):  # another run making (its .part) or importing (its tar) the live key
+        buildimage.remove_stale(keep)
+    assert sorted(p.name for p in d.iterdir()) == ["rootfs-keep.tar.gz", "rootfs-live.tar.gz",
+                                                   "rootfs-live.tar.gz.222.part", "rootfs-live.tar.gz.lock",
+                                                   "rootfs-stale.tar.gz.lock"]
+    buildimage.remove_stale(keep)  # once no run holds it, it goes; lock files stay
+    assert sorted(p.name for p in d.iterdir()) == ["rootfs-keep.tar.gz", "rootfs-live.tar.gz.lock",
+                                                   "rootfs-stale.tar.gz.lock"]
+
+
+def test_a_second_run_waits_for_the_first_to_make_the_image_naming_it(tmp_path, monkeypatch):
+    """Two runs of one key: the second says it waits and for whom, then finds the image made, and makes nothing."""
+    pins = P.load()
+    monkeypatch.setattr(buildimage, "interpreters", lambda pins: [])
+    imported, made, said = [], [], []
+
+    def engine(cmd, **kw):
+        if cmd[1:3] == ["image", "inspect"]:
+            return subprocess.CompletedProcess(cmd, 0 if imported else 1)
+        imported.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(buildimage.subprocess, "run", engine)
+    monkeypatch.setattr(buildimage, "say", said.append)
+
+    def rootfs(pins, cache, interps):
+        made.append(1)
+        out = buildimage._tar(cache, buildimage.key(pins, interps))
+        out.write_bytes(b"tar")
+        return out
+    monkeypatch.setattr(buildimage, "rootfs", rootfs)
+    tar = buildimage._tar(tmp_path, buildimage.key(pins, []))
+    with locked(tar, holder="pid 4242, making or importing the first"):
+        second = threading.Thread(target=buildimage.ensure, args=("docker", pins, tmp_path))
+        second.start()
+        deadline = time.monotonic() + 30
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert said == [f"oeq-wheels: another run is making the build image {buildimage.tag(pins, [])} (pid 4242, "
+                        "making or importing the first); waiting for it"]
+        assert second.is_alive() and not made
+        imported.append("the first run's import")
+    second.join(30)
+    assert not second.is_alive() and not made and imported == ["the first run's import"]
 
 
 FAKE_ENGINE = r"""#!/usr/bin/env bash
