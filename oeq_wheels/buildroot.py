@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OeqWheelsError
-from .files import locked, sha256_file, temp_prefix, write_atomic
+from .files import locked, sha256_file, sweep_stale, temp_prefix
 
 FORMAT = 1                      # of the root's layout: a change here makes new roots
 # The host's top-level directories the root never takes: its own system (the toolchain's place) and the kernel's.
@@ -243,12 +243,14 @@ def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path,
     target = cache / "buildroot" / name
     marker, recorded = target / MARKER, target / RECORD
     with locked(target):
+        sweep_stale(target.parent)  # the half-made roots of killed runs
         if marker.is_file() and marker.read_text() == name:
             if not recorded.is_file():  # made by an older oeq-wheels, which recorded nothing: recorded from the
                 # packages themselves (a second unpack beside it), never from what the root holds now
                 tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
                 try:
-                    write_atomic(recorded, json.dumps(_make(debs, files, tmp), indent=0))
+                    (tmp / RECORD).write_text(json.dumps(_make(debs, files, tmp), indent=0))
+                    os.replace(tmp / RECORD, recorded)  # whole or not at all, and no temporary name in the root
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
             try:

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import tarfile
 
 import pytest
@@ -127,3 +128,12 @@ def test_a_package_whose_file_another_overwrites_is_refused_and_no_root_is_left(
                                                        r"re-pin the toolchain$"):
         buildroot.ensure(tc, debs, files, tmp_path / "cache")
     assert [p.name for p in (tmp_path / "cache" / "buildroot").iterdir()] == [f"{buildroot.key(debs)}.lock"]
+
+
+def test_a_killed_runs_half_made_root_is_removed_by_the_next(made, tmp_path):
+    tc, debs, files, root = made
+    dead = subprocess.Popen(["true"])  # a pid that no longer runs
+    dead.wait()
+    half = root.parent / f".{root.name}.pid{dead.pid}.x1y2"
+    (half / "usr").mkdir(parents=True)
+    assert buildroot.ensure(tc, debs, files, tmp_path / "cache") == root and not half.exists()
