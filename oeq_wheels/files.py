@@ -41,14 +41,39 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path):
+def locked(path: Path, holder: str | None = None, waiting=None):
     """Hold an exclusive lock beside `path` (path.lock) while a cached thing is checked and made: processes sharing
     the cache (the test suite's workers) make it once, the others wait and then find it made. The
-    kernel drops the lock with its process, so a killed maker never blocks the next."""
+    kernel drops the lock with its process, so a killed maker never blocks the next. holder: what this process is,
+    written into the lock file while it holds it; waiting(what the holder wrote) is called before waiting for one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                f.seek(0)
+                waiting(f.read().strip() or "a process that did not say what it is")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        if holder is not None:
+            f.truncate(0)
+            f.write(holder)
+            f.flush()
+        yield
+
+
+@contextlib.contextmanager
+def try_locked(path: Path):
+    """locked(), without waiting: yields True holding the lock, or False (holding nothing) where another process
+    holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 @contextlib.contextmanager

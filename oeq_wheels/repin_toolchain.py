@@ -3,22 +3,27 @@
 For each build host's Debian architecture, the packages are the closure of its `roots` (the compilers, and libc-bin,
 which Debian installs with every libc6 of the same version) under Depends and Pre-Depends in the archive's Packages
 index of pins.toml's Debian release: the first alternative of each dependency that the index has (or that a package
-provides). The index is what apt reads; its sha256 is checked against
-the suite's InRelease (whose signature apt would check: this does not, and says so in pins.toml). Hand-rolled because apt resolves only for the
-host's own configured architectures and would need root to add another; the result is data anyone can check with
-`apt-get download --print-uris` on a host of that architecture.
+provides). The index is what apt reads, and is trusted as apt trusts it: its sha256 is the one the suite's InRelease
+lists, and InRelease is signed by Debian's archive key (gpgv against debian-archive-keyring; only the text gpgv
+verified is read). Hand-rolled because apt resolves only for the host's own configured architectures and would need
+root to add another; the result is data anyone can check with `apt-get download --print-uris` on a host of that
+architecture.
 """
 from __future__ import annotations
 
 import hashlib
 import lzma
 import re
+import subprocess
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import tomlkit
 
+from . import debian
 from .errors import UsageError
 
 
@@ -30,11 +35,45 @@ def _get(url: str) -> bytes:
         raise UsageError(f"could not read {url}: {exc} -- check the network") from None
 
 
-def packages_index(archive: str, suite: str, arch: str) -> bytes:
-    """main/binary-ARCH/Packages of the suite, checked against the sha256 its InRelease lists."""
-    release = _get(f"{archive}dists/{suite}/InRelease").decode()
+def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = None) -> str:
+    """The text of an InRelease that Debian's archive keys signed, as gpgv writes out what it verified: text outside
+    the signed message (appended to the file, say) is never read. Any signature gpgv cannot check stops re-pinning
+    (a second message signed by another key beside Debian's would otherwise be read with it)."""
+    if keyring is None:  # Debian's own: installed where it is missing and this runs as root, as debootstrap is
+        keyring = debian.ARCHIVE_KEYRING
+        for package, program in (("gpgv", "gpgv"), ("debian-archive-keyring", str(keyring))):
+            why = debian.ensure(package, program)
+            if why:
+                raise UsageError(f"cannot check the signature of {url}: {why}; install {package} "
+                                 f"(`apt-get install {package}`) and re-pin again")
+    with tempfile.TemporaryDirectory(prefix="oeq-wheels-gpgv-") as tmp:
+        signed = Path(tmp) / "InRelease"
+        signed.write_bytes(data)
+        # A home of its own: gpgv trusts the named keyring alone, never one of this user's.
+        res = subprocess.run(["gpgv", "--homedir", tmp, "--keyring", str(keyring), "--output", "-", str(signed)],
+                             capture_output=True)
+    if res.returncode != 0:
+        said = [l for l in res.stderr.decode(errors="replace").splitlines() if l.strip()]
+        why = said[-1] if said else f"gpgv exit {res.returncode}"
+        raise UsageError(f"{url} is not signed by Debian's archive keys ({why}; keyring {keyring}): nothing "
+                         "re-pinned; use a mirror that serves Debian's own files (pins.toml [toolchain] archive), or "
+                         "update debian-archive-keyring if Debian has new keys")
+    text = res.stdout.decode(errors="replace")
+    fields = dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
+    names = [fields.get(k, "").strip() for k in ("Codename", "Suite")]
+    if suite not in names:  # a release of another suite, signed as well, served in this one's place
+        raise UsageError(f"{url} is signed but is Debian {' / '.join(n for n in names if n) or 'no named suite'}, "
+                         f"not {suite}: nothing re-pinned; use a mirror that serves {suite} (pins.toml [toolchain] "
+                         "archive)")
+    return text
+
+
+def packages_index(archive: str, suite: str, arch: str, keyring: Path | None = None) -> bytes:
+    """main/binary-ARCH/Packages of the suite, checked against the sha256 its signed InRelease lists."""
+    url = f"{archive}dists/{suite}/InRelease"
+    release = verified_release(_get(url), url, suite, keyring)
     want = f"main/binary-{arch}/Packages.xz"
-    sums = release.split("\nSHA256:\n", 1)[-1]
+    sums = release.partition("\nSHA256:\n")[2]
     digest = next((l.split()[0] for l in sums.splitlines() if l.startswith(" ") and l.split()[-1] == want), None)
     if digest is None:
         raise UsageError(f"{archive}dists/{suite}/InRelease lists no {want}; is {arch} an architecture of {suite}?")

@@ -29,3 +29,40 @@ def test_a_release_torch_without_a_cpython_narrows_fastmace_oeq_ext_only():
     assert build.pythons_per_package(narrowed, [pins.matrix.pythons[0]]) == ([pins.matrix.pythons[0]], [])
     with pytest.raises(P.PinsError, match=r"Python 3.99 is not in matrix .* or the OEq lines"):
         build.pythons_per_package(narrowed, ["3.99"])
+
+
+def test_headers_that_are_not_the_pinned_ones_stop_a_pinned_build_in_one_line(tmp_path, monkeypatch, capsys):
+    """A CPython whose headers differ from [toolchain.pythons] is an input the pins do not name: a build of the pinned
+    toolchain stops naming both digests and the fix; --toolchain host, or a build host of another architecture than
+    the headers' (pyconfig.h differs), goes on with a note; the pinned headers go on silently."""
+    import dataclasses
+    from oeq_wheels import build, pins as P, toolchain
+    include = tmp_path / "include" / "python3.11"
+    include.mkdir(parents=True)
+    (include / "Python.h").write_text("/* not the pinned CPython */\n")
+    (include / "pyconfig.h").write_text("#define HAVE_NOTHING 1\n")
+    pins = P.load()
+    full = pins.toolchain.pythons["3.11"][0]  # the pinned version, its headers not the pinned ones
+    interp = pythons.Interpreter("3.11", full, "/nowhere/bin/python3.11", str(include))
+    digest = pythons.headers_digest(include)
+    monkeypatch.setattr(toolchain, "host_arch", lambda: "x86_64")
+    with pytest.raises(build.BuildError) as exc:
+        build.pythons_with_headers(pins, {"3.11": interp}, tmp_path / "cache")
+    line = str(exc.value)
+    assert "\n" not in line and line.startswith(
+        f"CPython {full}'s headers (/nowhere/bin/python3.11: {digest[:12]}) are not the pinned ones "
+        f"({full}: {pins.toolchain.pythons['3.11'][1][:12]}), so its wheels would not be the released bytes; "
+        f"install CPython {full} where the build finds it first"), line
+    assert "[toolchain.pythons]" in line and "--toolchain host" in line
+    capsys.readouterr()
+    for how in ("host", "pinned-on-arm64"):
+        monkeypatch.setattr(toolchain, "host_arch", lambda arch="x86_64" if how == "host" else "aarch64": arch)
+        got = build.pythons_with_headers(pins, {"3.11": interp}, tmp_path / "cache",
+                                         "host" if how == "host" else "pinned")
+        assert got["3.11"].include.endswith(f"headers-{digest[:16]}/python3.11")
+        assert f"NOTE: CPython {full}'s headers" in capsys.readouterr().err, how
+    monkeypatch.setattr(toolchain, "host_arch", lambda: "x86_64")
+    pinned = dataclasses.replace(pins, toolchain=dataclasses.replace(pins.toolchain,
+                                                                     pythons={"3.11": (full, digest)}))
+    assert build.pythons_with_headers(pinned, {"3.11": interp}, tmp_path / "cache")["3.11"].include.endswith("python3.11")
+    assert "NOTE" not in capsys.readouterr().err

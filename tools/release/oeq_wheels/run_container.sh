@@ -34,14 +34,17 @@ errlog="$(mktemp "${TMPDIR:-/tmp}/oeq-wheels-container.XXXXXX")"
 job=""
 
 cleanup() { rm -rf "$incoming" "$errlog"; }
-engine_gone() { ! "$DOCKER" info >/dev/null 2>&1; }
+# The engine's commands never inherit the volume locks (below): a process of the engine's that outlives the run
+# (podman's conmon or pause process) would hold them.
+engine() { "$DOCKER" "$@" 8>&- 9>&-; }
+engine_gone() { ! engine info >/dev/null 2>&1; }
 # Free space in the work volume, in KiB (a failed write may leave no message: pip cannot write its log).
 volume_free_kb() {
-  "$DOCKER" run --rm "${net[@]}" -v "$WORK_VOL:/work" "$IMAGE" df -Pk /work 2>/dev/null | awk 'NR == 2 { print $4; f = 1 } END { if (!f) print 999999999 }'
+  engine run --rm "${net[@]}" -v "$WORK_VOL:/work" "$IMAGE" df -Pk /work 2>/dev/null | awk 'NR == 2 { print $4; f = 1 } END { if (!f) print 999999999 }'
 }
 on_signal() {
   echo "build.sh: interrupted; stopping container $name, no wheel written to $outdir" >&2
-  "$DOCKER" kill "$name" >/dev/null 2>&1 || true
+  engine kill "$name" >/dev/null 2>&1 || true
   [ -n "$job" ] && wait "$job" 2>/dev/null || true
   cleanup
   exit 130
@@ -49,12 +52,32 @@ on_signal() {
 trap on_signal INT TERM
 trap cleanup EXIT
 
+# Runs that share a volume take turns: each starts by emptying them (rm -rf /work/src /out/*) and takes its wheels
+# out after its container ends, so a second run at once would remove the first one's sources or wheels. A run holds
+# a lock per volume (in the cache, as tools/bootstrap.sh's venv lock) from before it touches them until its wheels
+# are out; the kernel drops it with the run, however it ends. A second run waits, naming the first.
+LOCKS="${OEQ_WHEELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/oeq-wheels}/container-volumes"
+mkdir -p "$LOCKS" || { echo "build.sh: cannot create $LOCKS for the container volumes' locks; set OEQ_WHEELS_CACHE to a writable folder" >&2; exit 2; }
+lock_volume() {  # FD VOLUME
+  local file="$LOCKS/$2.lock"
+  eval "exec $1>>\"\$file\""
+  if ! flock -n "$1"; then
+    echo "build.sh: volume $2 is in use by another container build ($(cat "$file" 2>/dev/null || true)); waiting for it to end" >&2
+    flock "$1"
+  fi
+  printf 'pid %s, OUTDIR %s, since %s' "$$" "$outdir" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$file"
+}
+# In name order (two runs naming them the other way round must not each hold one), once for a volume named twice.
+mapfile -t vols < <(printf '%s\n' "$WORK_VOL" "$OUT_VOL" | sort -u)
+lock_volume 8 "${vols[0]}"
+[ ${#vols[@]} -eq 1 ] || lock_volume 9 "${vols[1]}"
+
 echo "build.sh: container runner, image $IMAGE (client: $DOCKER; volumes $WORK_VOL, $OUT_VOL)" >&2
-"$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1 || {
+engine image inspect "$IMAGE" >/dev/null 2>&1 || {
   echo "build.sh: the build image $IMAGE is not in $DOCKER's store; pull it, set OEQ_WHEELS_IMAGE, or build with --runner host" >&2; exit 1; }
 for v in "$WORK_VOL" "$OUT_VOL"; do  # podman's create refuses an existing volume; docker's is idempotent
-  "$DOCKER" volume inspect "$v" >/dev/null 2>&1 && continue
-  out="$("$DOCKER" volume create "$v" 2>&1 >/dev/null)" || {
+  engine volume inspect "$v" >/dev/null 2>&1 && continue
+  out="$(engine volume create "$v" 2>&1 >/dev/null)" || {
     echo "build.sh: $DOCKER refuses volume $v (${out##*: }); set OEQ_WHEELS_WORK_VOLUME / OEQ_WHEELS_OUT_VOLUME to another name" >&2; exit 1; }
 done
 
@@ -65,7 +88,7 @@ envs=(-e OEQ_WHEELS_CACHE=/work/cache)
 ( cd "$REPO" && git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done |
     tar --null --no-recursion -T - -cf - ) |
-  "$DOCKER" run --rm -i --name "$name" "${net[@]}" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
+  engine run --rm -i --name "$name" "${net[@]}" -v "$WORK_VOL:/work" -v "$OUT_VOL:/out" "${envs[@]}" "$IMAGE" \
     bash -c 'set -euo pipefail; rm -rf /work/src /out/*; mkdir -p /work/src; tar -C /work/src -xf -
              bash /work/src/tools/release/oeq_wheels/build_in_container.sh /out/dist "$@"
              echo ok > /out/RESULT' bash "${args[@]}" 2> >(tee "$errlog" >&2) &
@@ -85,7 +108,7 @@ if [ "$rc" -ne 0 ]; then
   fi
   exit "$rc"
 fi
-"$DOCKER" run --rm "${net[@]}" -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | tar -C "$incoming" -xf - || {
+engine run --rm "${net[@]}" -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | tar -C "$incoming" -xf - || {
   echo "build.sh: could not copy the wheels out of volume $OUT_VOL; no wheel written to $outdir" >&2; exit 1; }
 [ "$(cat "$incoming/RESULT" 2>/dev/null)" = ok ] || {
   echo "build.sh: the container exited 0 but the build did not report success (no /out/RESULT); not trusting it, no wheel written to $outdir" >&2; exit 1; }
