@@ -142,10 +142,10 @@ def _record_entries(text: str) -> dict[str, tuple[str, int]] | str:
     return out
 
 
-def _check_archive(wheel: Path) -> tuple[list[str], str | None]:
-    """(member names, None) when the archive is one a resolver reads the same way ours does, every member as
+def _check_archive(wheel: Path) -> tuple[list[zipfile.ZipInfo], str | None]:
+    """(members, None) when the archive is one a resolver reads the same way ours does, every member as
     RECORD says (its size in the central directory before anything is read, then its sha256 read in bounded chunks);
-    else (names, the first problem).
+    else (members, the first problem).
 
     Hand-rolled rather than `wheel`'s WheelFile: that reads each member whole into memory and takes a duplicated
     name, where installers disagree on which copy wins."""
@@ -154,38 +154,38 @@ def _check_archive(wheel: Path) -> tuple[list[str], str | None]:
         names = [i.filename for i in infos]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            return names, f"duplicate entries in the archive (installers disagree on which wins): {dupes[:5]}"
+            return infos, f"duplicate entries in the archive (installers disagree on which wins): {dupes[:5]}"
         records = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
         if len(records) != 1:
-            return names, f"{len(records)} .dist-info/RECORD files (exactly one is expected)"
+            return infos, f"{len(records)} .dist-info/RECORD files (exactly one is expected)"
         big = [f"{i.filename} ({i.file_size} bytes)" for i in infos if i.file_size > MAX_MEMBER]
         if big or sum(i.file_size for i in infos) > MAX_TOTAL:
-            return names, (f"members larger than any of ours (over {MAX_MEMBER >> 20} MiB, or {MAX_TOTAL >> 20} MiB "
+            return infos, (f"members larger than any of ours (over {MAX_MEMBER >> 20} MiB, or {MAX_TOTAL >> 20} MiB "
                            f"in all): {big[:5]}")
         entries = _record_entries(zf.read(records[0]).decode("utf-8", errors="replace"))
         if isinstance(entries, str):
-            return names, entries
+            return infos, entries
         unrecorded = sorted(set(names) - set(entries) - {records[0]})
         absent = sorted(set(entries) - set(names))
         if unrecorded or absent:
-            return names, (f"RECORD and the archive disagree: not in RECORD {unrecorded[:5]}, "
+            return infos, (f"RECORD and the archive disagree: not in RECORD {unrecorded[:5]}, "
                            f"not in the archive {absent[:5]}")
         for i in infos:
             if i.filename == records[0]:
                 continue
             digest, size = entries[i.filename]
             if i.file_size != size:
-                return names, f"{i.filename} is {i.file_size} bytes in the archive, RECORD says {size}"
+                return infos, f"{i.filename} is {i.file_size} bytes in the archive, RECORD says {size}"
             h, n = hashlib.sha256(), 0
             with zf.open(i) as f:
                 while chunk := f.read(CHUNK):
                     n += len(chunk)
                     if n > size:
-                        return names, f"{i.filename} unpacks to more than the {size} bytes RECORD says"
+                        return infos, f"{i.filename} unpacks to more than the {size} bytes RECORD says"
                     h.update(chunk)
             if h.hexdigest() != digest:
-                return names, f"{i.filename} does not match its sha256 in RECORD"
-    return names, None
+                return infos, f"{i.filename} does not match its sha256 in RECORD"
+    return infos, None
 
 
 def open_wheel(wheel: Path, v: Verdict):
@@ -200,13 +200,14 @@ def open_wheel(wheel: Path, v: Verdict):
         v.problems.append(f"{wheel.name} carries {len(tags)} tags; exactly one (cpXY-cpXY-<platform>) is expected")
         return None
     try:
-        names, problem = _check_archive(wheel)
+        infos, problem = _check_archive(wheel)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
         problem = f"not a readable zip archive ({type(exc).__name__}: {exc})"  # a damaged archive is the wheel's
     if problem:
         v.problems.append(f"RECORD check failed: {problem}")
         return None
-    links = [i.filename for i in zip_infos(wheel) if (i.external_attr >> 16) & 0o170000 == 0o120000]
+    names = [i.filename for i in infos]
+    links = [i.filename for i in infos if (i.external_attr >> 16) & 0o170000 == 0o120000]
     if links:
         v.problems.append(f"symbolic links in the archive: {links}")
     v.facts["names"] = set(names)
@@ -219,11 +220,6 @@ def python_of(tag) -> str | None:
     interpreter or ABI."""
     cp = tag.interpreter
     return f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) and tag.abi in (cp, "abi3") else None
-
-
-def zip_infos(wheel: Path):
-    with zipfile.ZipFile(wheel) as zf:
-        return zf.infolist()
 
 
 def accounted(v: Verdict, names: set[str], expected: set[str]) -> None:

@@ -29,7 +29,8 @@ from ..errors import OeqWheelsError
 from ..files import sha256_file
 from ..progress import say
 from . import hosts, last_mile
-from ..release.publish import recorded_sha256s, unrecorded
+from ..release import recorded as recorded_mod
+from ..errors import Refused
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_DIR = REPO / "tools" / "ci" / "act"
@@ -208,26 +209,21 @@ def without(workflow: Path, jobs: set[str], out: Path) -> Path:
     return _dump(wf, out)
 
 
-def check_published(ws: Path, recorded: dict[str, str], complete: bool) -> list[str]:
+def check_published(ws: Path, recorded: recorded_mod.Recorded, complete: bool) -> list[str]:
     """What the release put on the loopback PyPI, the release and the site, held to the recorded bytes; problems."""
-    problems = []
     pypi = sorted((ws / "pypi").glob("*.whl"))
-    for w in pypi:
-        if recorded.get(w.name) != sha256_file(w):
-            problems.append(f"PyPI stand-in: {w.name} is not the recorded bytes")
+    problems = [f"PyPI stand-in: {p}" for p in recorded.problems(pypi)]
     assets = [a for r in sorted((ws / "github" / "releases").glob("*")) for a in (r / "assets").iterdir()] \
         if (ws / "github" / "releases").is_dir() else []
     sums = [a for a in assets if a.name == "SHA256SUMS"]
     if sums:
-        named = dict(reversed(line.split("  ", 1)) for line in sums[0].read_text().splitlines())
-        for name, digest in named.items():
-            if recorded.get(name) != digest:
-                problems.append(f"release: {name} in SHA256SUMS is not the recorded bytes")
-        if complete and set(named) != set(recorded):
-            problems.append(f"release: SHA256SUMS names {len(named)} wheels, the record {len(recorded)}")
+        try:
+            recorded_mod.check_sums(sums[0], recorded, complete)
+        except Refused as exc:
+            problems.append(f"release: {exc}")
     elif complete:
         problems.append("release: no SHA256SUMS asset")
-    if complete and len(pypi) != sum(1 for n in recorded if "+" not in n and n.startswith("fastmace_oeq_ext")):
+    if complete and len(pypi) != sum(1 for n in recorded.wheels if "+" not in n and n.startswith("fastmace_oeq_ext")):
         problems.append(f"PyPI stand-in holds {len(pypi)} wheel(s)")
     return problems
 
@@ -247,7 +243,7 @@ def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: d
             say(f"rehearse-ci: {scenario.name}: refused: {lines[0][-400:]}")
     else:
         problems += [f"act exited {rc}"] if rc else []
-        problems += check_published(ws, recorded_sha256s(ws / "clone" / "records" / "release.json"), complete=True)
+        problems += check_published(ws, recorded_mod.load(ws / "clone" / "records" / "release.json"), complete=True)
         if not (ws / "pages" / "site").is_dir():
             problems.append("no site was deployed")
     for p in problems:
@@ -365,12 +361,12 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             keep = True
             return rc
         shutil.copyfile(log, _last_log())
-        recorded = recorded_sha256s(clone / "records" / "release.json")
+        recorded = recorded_mod.load(clone / "records" / "release.json")
         problems = check_published(ws, recorded, complete=not (jobs or python))
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
             # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts
             built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/*.whl"))
-            problems += [f"slice: {line}" for line in unrecorded(built, recorded)] or []
+            problems += [f"slice: {line}" for line in recorded.problems(built)]
             if not built:
                 problems.append("slice: the build job left no wheel")
             elif not problems:

@@ -213,21 +213,6 @@ def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     return path
 
 
-def recorded_sha256s(path: Path = recorded.PATH) -> dict[str, str]:
-    """The release's recorded set (records/release.json, the bytes the GPU proofs ran): file name -> sha256."""
-    return recorded.load(path).wheels
-
-
-def unrecorded(wheels: list[Path], record: dict[str, str]) -> list[str]:
-    """The wheels whose sha256 is not the recorded one, each a line saying so."""
-    out = []
-    for w in wheels:
-        got = sha256_file(w)
-        if record.get(w.name) != got:
-            out.append(f"{w.name}: sha256 {got[:16]}…, recorded {(record.get(w.name) or 'none')[:16]}")
-    return out
-
-
 def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.Pins,
             repository_url: str | None = None, index_url: str | None = None, require_recorded: bool = False,
             check_index: bool = False) -> int:
@@ -250,11 +235,10 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     if bad:
         raise Refused(f"refusing to publish: {len(bad)} wheel(s) failed verification: {'; '.join(bad)}")
     if require_recorded:
-        differ = unrecorded(ours + oeq, recorded_sha256s())
+        differ = recorded.load().problems(ours + oeq)
         if differ:
             raise Refused(f"refusing to publish {len(differ)} wheel(s) whose bytes are not the recorded ones (the GPU "
-                          f"proofs ran those; {recorded.RELATIVE}): {'; '.join(differ)}; re-run the GPU proof and "
-                          "record it")
+                          f"proofs ran those): {'; '.join(differ)}; re-run the GPU proof and record it")
         print(f"all {len(ours + oeq)} wheel(s) are the recorded bytes ({recorded.RELATIVE})")
     sums = write_sha256sums(ours + oeq, extra_dir(outdir))
     print(f"wrote {sums}")

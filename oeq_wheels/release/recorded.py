@@ -47,9 +47,13 @@ class Recorded:
             return f"{name} has sha256 {sha256[:16]}…, the recorded set ({self.source}) says {want[:16]}…"
         return None
 
+    def problems(self, files: list[Path]) -> list[str]:
+        """Why each of these files is not ours to publish, a line per file that is not."""
+        return [p for f in files if (p := self.problem(f.name, sha256_file(f)))]
+
     def refuse_unrecorded(self, files: list[Path], what: str) -> None:
         """Refused (one line naming each file) unless every file is recorded with its bytes."""
-        problems = [p for f in files if (p := self.problem(f.name, sha256_file(f)))]
+        problems = self.problems(files)
         if problems:
             raise Refused(f"refusing to {what}: {'; '.join(problems)}")
 

@@ -1,6 +1,7 @@
 """The toolchain is a pinned input: every package named with its sha256, the build root's layout, the host check,
 the repin's resolver, the release's gate on the recorded bytes (a build with another compiler first on PATH is
 tests/integration/test_toolchain_build.py's)."""
+import dataclasses
 import hashlib
 import io
 import os
@@ -10,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from oeq_wheels import buildroot, pins as P
-from oeq_wheels.release import publish
+from oeq_wheels.release import recorded
 
 
 def test_every_pinned_package_names_its_archive_file_and_sha256():
@@ -91,16 +92,17 @@ def test_this_hosts_toolchain_is_named_where_it_differs(tmp_path, monkeypatch):
 
 
 def test_the_release_gate_refuses_bytes_that_are_not_the_recorded_ones(tmp_path):
-    recorded = publish.recorded_sha256s()
+    record = recorded.load()
     pins = P.load()  # one record per wheel the pins release: each variant's CPythons, each OEq line's
-    assert len(recorded) == len(pins.ext_variants) * len(pins.matrix.pythons) + sum(len(l.pythons) for l in pins.oeq_lines)
-    assert all(len(h) == 64 for h in recorded.values())
-    name = next(iter(recorded))
+    assert len(record.wheels) == len(pins.ext_variants) * len(pins.matrix.pythons) + \
+        sum(len(l.pythons) for l in pins.oeq_lines)
+    name = next(iter(record.wheels))
     w = tmp_path / name
     w.write_bytes(b"other bytes")
-    (line,) = publish.unrecorded([w], recorded)
-    assert line.startswith(f"{name}: sha256 {hashlib.sha256(b'other bytes').hexdigest()[:16]}")
-    assert publish.unrecorded([w], {name: hashlib.sha256(b"other bytes").hexdigest()}) == []
+    (line,) = record.problems([w])
+    assert line.startswith(f"{name} has sha256 {hashlib.sha256(b'other bytes').hexdigest()[:16]}")
+    other = dataclasses.replace(record, wheels={name: hashlib.sha256(b"other bytes").hexdigest()})
+    assert other.problems([w]) == []
 
 
 def test_the_toolchain_repin_resolves_the_closure_as_apt_does():
