@@ -4,7 +4,10 @@
 Run on a machine with an NVIDIA GPU, torch (CUDA 13), e3nn, the binary
 openequivariance wheel and the matching fastmace-oeq-ext wheel installed:
 
-    python tools/gpu_check.py --out results.json      # prints a markdown table
+    python tools/gpu_check.py --wheel OEQ.whl --wheel EXT.whl --commit SHA --out records/runs/NAME.json
+
+It writes a run record (oeq_wheels/checks/run_records.py: the commit, the machine, each --wheel's sha256
+computed here, every result) and prints a markdown table of it.
 
 Two paths are checked, each in fresh processes with g++, c++, ninja and nvcc
 shadowed by failing sentinels and FASTMACE_OEQ_PREBUILT=1, so nothing can be
@@ -21,8 +24,10 @@ OEq's own JIT build (empty cache, real compilers).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -169,11 +174,23 @@ def run_child(code: str, arg: str, env: dict) -> tuple[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=Path("gpu_check.json"))
+    ap.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="the run record to write (JSON)")
+    ap.add_argument("--wheel", type=Path, action="append", default=[], required=True,
+                    help="a wheel installed for this run (repeat): its sha256, computed here, goes in the record")
+    ap.add_argument("--commit", default=os.environ.get("OEQ_WHEELS_COMMIT", ""),
+                    help="the commit this checkout is (the GPU machine's copy has no .git)")
+    ap.add_argument("--note", action="append", default=[], help="a sentence for the record's notes (repeat)")
     ap.add_argument("--cold-runs", type=int, default=3)
     ap.add_argument("--paths", default="stable,prebuilt", help="comma-separated: stable, prebuilt")
     ap.add_argument("--problems", default=",".join(PROBLEMS), help=f"comma-separated subset of {', '.join(PROBLEMS)}")
     args = ap.parse_args()
+    if not re.fullmatch(r"[0-9a-f]{40}", args.commit):
+        ap.error("--commit (or OEQ_WHEELS_COMMIT) must be the 40-hex commit of this checkout")
+    wheels = {}
+    for w in args.wheel:
+        if not w.is_file():
+            ap.error(f"--wheel {w}: no such file")
+        wheels[w.name] = hashlib.sha256(w.read_bytes()).hexdigest()
     paths = [p for p in args.paths.split(",") if p]
     problems = {k: PROBLEMS[k] for k in args.problems.split(",") if k}
     import torch
@@ -234,7 +251,13 @@ def main() -> int:
             print(exc, flush=True)
     result = {"info": info, "rows": rows, "cold_start_s": cold, "sentinel_calls": sentinel_calls,
               "paths_max_diff": same, "ok": ok}
-    args.out.write_text(json.dumps(result, indent=2))
+    record = {"schema": "oeq-wheels-run-record/1", "tool": "tools/gpu_check.py " + " ".join(sys.argv[1:]),
+              "date": info["date"], "commit": args.commit,
+              "machine": {"device": info["gpu"], "driver": info["driver"], "python": info["python"],
+                          "torch": info["torch"], "cuda": info["cuda"]},
+              "wheels": wheels, "ok": ok, "results": result, "notes": args.note}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(markdown(result))
     return 0 if ok else 1
 
