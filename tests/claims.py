@@ -169,9 +169,17 @@ def _matches(test_id: str, nodeid: str) -> bool:
     return nodeid == test_id or nodeid.startswith(test_id + "[")
 
 
+def _elsewhere(row: Row) -> Outcome:
+    """A row proven elsewhere: ELSEWHERE, each run record it names (records/runs/) with its date and CURRENT or
+    STALE against today's recorded bytes; FAIL when a named record is missing, unreadable or says it failed."""
+    from oeq_wheels.checks import run_records
+    d = run_records.describe(row.elsewhere)
+    return Outcome("FAIL" if d.broken else "ELSEWHERE", d.text)
+
+
 def _judge_row(row: Row, results: dict[str, tuple[str, str]]) -> Outcome:
     if not row.tests:
-        return Outcome("ELSEWHERE", row.elsewhere)
+        return _elsewhere(row)
     ran = {n: r for n, r in results.items() if any(_matches(t, n) for t in row.tests)}
     if not ran:
         return Outcome("NOT RUN", "none of its tests was selected")
@@ -205,14 +213,16 @@ def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
     passed, elsewhere, partial = named("PASS"), named("ELSEWHERE"), named("PARTIAL")
     not_run = named("NOT RUN") + partial
     if not here:
-        return Outcome("ELSEWHERE", "; ".join(f"{r.name}: {r.elsewhere}" for r in rows))
+        return Outcome("ELSEWHERE", "; ".join(f"{r.name}: {o.detail}" for r, o in judged))
     if not passed and not partial:
         return Outcome("NOT RUN", "none of its tests was selected")
     detail = f"{len(passed)}/{len(rows)} rows here"
     if not_run:
         detail += f"; {len(not_run)} not run: {', '.join(not_run)}"
     if elsewhere:
-        detail += f"; {len(elsewhere)} elsewhere: {', '.join(elsewhere)}"
+        stale = lambda o: " (STALE)" if "STALE" in o.detail else ""
+        detail += f"; {len(elsewhere)} elsewhere: " + ", ".join(r.name + stale(o) for r, o in judged
+                                                                if o.state == "ELSEWHERE")
     return Outcome("PARTIAL" if not_run else "PASS", detail)
 
 

@@ -114,9 +114,14 @@ run_B() {  # NAME STEPS: FastMACE 1.0.0 as it is, its own JIT build of OEq's hos
 run_R R1 20; run_B B1 20; run_R R2 200; run_B B2 200
 note "runs done ($(since))"
 
+VERDICT=0  # 0 only if both pairs compared within the floors, R used OEq's own precompiled module, nothing blocked
 for pair in "R1 B1" "R2 B2"; do set -- $pair
-    [ -f "$WORK/rec/$1.json" ] && [ -f "$WORK/rec/$2.json" ] || continue
+    [ -f "$WORK/rec/$1.json" ] && [ -f "$WORK/rec/$2.json" ] || { VERDICT=1; note "$1/$2: no records"; continue; }
     "$PY" "$SMOKE" --compare "$WORK/rec/$1.json" "$WORK/rec/$2.json" 2>&1 | tee -a "$SUMMARY"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || VERDICT=1
+    "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))
+sys.exit((r.get("oeq_extension") or {}).get("source") != "oeq-precompiled")' "$WORK/rec/$1.json" \
+        || { VERDICT=1; note "$1: FastMACE did not use OEq's precompiled module"; }
 done
 "$PY" - "$WORK/rec" >> "$SUMMARY" <<'EOF'
 import json, os, sys
@@ -141,7 +146,19 @@ blocked=$(grep -c '^BLOCKED' "$SENT"); allowed=$(grep -c '^allowed cc' "$SENT")
 note "sentinels (run R): $blocked blocked calls, $allowed allowed cc calls"
 grep '^BLOCKED' "$SENT" | head -5 | tee -a "$SUMMARY"
 grep -h "host extension\|OpenEquivariance\|not used" "$OUT/doctor.txt" | tee -a "$SUMMARY"
-note "total $(since)"
+[ "$blocked" -eq 0 ] || VERDICT=1
+note "verdict: $VERDICT; total $(since)"
 tar czf "$OUT/R.tar.gz" -C "$WORK" rec
+# The run record (records/runs/): the commit is the checkout's (RECORD_COMMIT: the GPU machine's copy has no .git).
+if [ -n "${RECORD_COMMIT:-}" ]; then
+    rec=(); for n in R1 B1 R2 B2; do rec+=(--json "$n=$WORK/rec/$n.json" --json "$n.launch=$WORK/rec/$n.launch.json"); done
+    "$PY" "$(dirname "$0")/../../tools/run_record.py" --tool "contrib/fastmace/gpu_rules.sh DIR" \
+        --commit "$RECORD_COMMIT" --wheel "${oeq[0]}" --verdict "$VERDICT" "${rec[@]}" \
+        --text summary="$SUMMARY" --text doctor="$OUT/doctor.txt" --text sentinels="$SENT" \
+        --note "FastMACE 1.0.0 with the proposed rules (oeq_rules.py over its functions, launch.py), our binary OEq and no fastmace-oeq-ext, every compiler a sentinel (R1, R2), against FastMACE's own JIT build of OEq's host extension (B1, B2); R1/B1 20 steps, R2/B2 200 steps, compared within FastMACE's gate floors." \
+        --note "The carry: FastMACE 1.0.0 and what the machine lacks, pinned by version, installed with pip --no-index --no-deps --target; the cuEquivariance ops wheels unpacked." \
+        --out "$OUT/record.json"
+fi
+return "$VERDICT"
 }
 main 2>&1 | tee "$OUT/run.log"

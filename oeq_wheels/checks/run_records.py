@@ -117,20 +117,30 @@ def named_in(text: str) -> list[str]:
     return re.findall(rf"{re.escape(RELATIVE)}/([\w.+-]+\.json)", text)
 
 
-def describe(text: str, directory: Path = DIR, today: recorded_mod.Recorded | None = None) -> tuple[str, bool]:
-    """(an `elsewhere` with each record it names summarised, whether every named record is there, ok and current).
-    A record that is missing or unreadable is said so, in place."""
-    good, out = True, text
+@dataclasses.dataclass
+class Described:
+    text: str            # the sentence, each record it names replaced by its summary
+    broken: list[str]    # records named that are missing, unreadable, or say their run failed
+    stale: list[str]     # records named whose wheels are not today's bytes
+
+
+def describe(text: str, directory: Path = DIR, today: recorded_mod.Recorded | None = None) -> Described:
+    """A sentence (a claim row's `elsewhere`) with each run record it names summarised in place."""
+    out = Described(text, [], [])
     for name in named_in(text):
         try:
             rec = load(Path(directory) / name)
             today = today or recorded_mod.load()
             line = rec.summary(today)
-            good &= rec.ok and not rec.staleness(today)
+            if not rec.ok:
+                out.broken.append(name)
+            if rec.staleness(today):
+                out.stale.append(name)
         except (RecordError, UsageError) as exc:
-            line, good = f"{RELATIVE}/{name} (UNREADABLE: {exc})", False
-        out = out.replace(f"{RELATIVE}/{name}", line, 1)
-    return out, good
+            line = f"{RELATIVE}/{name} (UNREADABLE: {exc})"
+            out.broken.append(name)
+        out.text = out.text.replace(f"{RELATIVE}/{name}", line, 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         try:
             rec = load(f)
-            print(f"{rec.summary(today)}  {rec.tool}; {rec.machine.get('device')}, torch {rec.machine.get('torch')}")
+            tool = rec.tool.split(" --note", 1)[0]  # the notes are in the file; the line names the command
+            print(f"{rec.summary(today)}  {tool}; {rec.machine['device']}, torch {rec.machine['torch']}")
         except RecordError as exc:
             print(f"oeq-wheels: error: {exc}", file=sys.stderr)
             rc = 1
