@@ -108,8 +108,8 @@ def load(path: Path) -> RunRecord:
     return parse(data, Path(path))
 
 
-def all_records(directory: Path = DIR) -> list[RunRecord]:
-    return [load(p) for p in sorted(Path(directory).glob("*.json"))]
+def all_records(directory: Path | None = None) -> list[RunRecord]:
+    return [load(p) for p in sorted(Path(directory or DIR).glob("*.json"))]
 
 
 def named_in(text: str) -> list[str]:
@@ -124,12 +124,12 @@ class Described:
     stale: list[str]     # records named whose wheels are not today's bytes
 
 
-def describe(text: str, directory: Path = DIR, today: recorded_mod.Recorded | None = None) -> Described:
+def describe(text: str, directory: Path | None = None, today: recorded_mod.Recorded | None = None) -> Described:
     """A sentence (a claim row's `elsewhere`) with each run record it names summarised in place."""
     out = Described(text, [], [])
     for name in named_in(text):
         try:
-            rec = load(Path(directory) / name)
+            rec = load(Path(directory or DIR) / name)
             today = today or recorded_mod.load()
             line = rec.summary(today)
             if not rec.ok:

@@ -1,0 +1,94 @@
+"""Records of runs made elsewhere (records/runs/*.json): each one reads, the claims name only records that exist and
+passed, docs/validation.md's sentences agree with them, and the proof table marks a record whose wheels are not
+today's bytes STALE and a missing or failed one FAIL."""
+import json
+import re
+
+import pytest
+
+import claims
+from conftest import REPO
+from oeq_wheels.checks import run_records
+from oeq_wheels.release import recorded
+
+RECORDS = sorted((REPO / "records" / "runs").glob("*.json"))
+
+
+def test_every_record_reads_and_names_its_commit_machine_and_wheels():
+    assert RECORDS, "records/runs/ holds no record"
+    for path in RECORDS:
+        rec = run_records.load(path)
+        assert rec.wheels and rec.machine["device"] and rec.commit
+
+
+def test_the_claims_name_records_that_exist_passed_and_are_todays_bytes():
+    named = {n for c in claims.load() for row in c.evidence() for n in run_records.named_in(row.elsewhere)}
+    assert named, "no claim names a run record"
+    today = recorded.load()
+    for name in sorted(named):
+        rec = run_records.load(run_records.DIR / name)
+        assert rec.ok, f"{name} says its run failed"
+        assert rec.staleness(today) == [], f"{name} is STALE: {rec.staleness(today)}"
+
+
+def test_validations_h200_sentence_is_the_records_sha256():
+    text = (REPO / "docs" / "validation.md").read_text()
+    (said,) = re.findall(r"The H200 proof is of the cu13\.2 cp312-abi3 wheel with sha256 ([0-9a-f]{64}),\s+as "
+                         r"`records/runs/([\w.+-]+\.json)` holds it", text)
+    digest, name = said
+    rec = run_records.load(run_records.DIR / name)
+    assert "H200" in rec.machine["device"]
+    (wheel,) = [w for w in rec.wheels if re.fullmatch(r"openequivariance-.*\+oeqwheels\.cu13\.2-cp312-abi3-.*x86_64\.whl", w)]
+    assert rec.wheels[wheel] == digest
+
+
+def test_validation_names_only_records_that_exist():
+    text = (REPO / "docs" / "validation.md").read_text()
+    for name in set(run_records.named_in(text)):
+        assert (run_records.DIR / name).is_file(), name
+
+
+def _copy(tmp_path, edit) -> str:
+    raw = json.loads(RECORDS[0].read_text())
+    edit(raw)
+    (tmp_path / RECORDS[0].name).write_text(json.dumps(raw))
+    return f"records/runs/{RECORDS[0].name}"
+
+
+def test_a_record_with_other_bytes_is_stale_in_the_proof_table(tmp_path, monkeypatch):
+    def other_bytes(raw):
+        name = next(iter(raw["wheels"]))
+        raw["wheels"][name] = "0" * 64
+    named = _copy(tmp_path, other_bytes)
+    monkeypatch.setattr(run_records, "DIR", tmp_path)
+    d = run_records.describe(f"the GPU: {named}", directory=tmp_path)
+    assert d.stale and not d.broken and "STALE:" in d.text and "ran as 000000000000" in d.text
+    outcome = claims._judge_row(claims.Row("gpu", [], f"the GPU: {named}"), {})
+    assert outcome.state == "ELSEWHERE" and "STALE" in outcome.detail
+
+
+@pytest.mark.parametrize("damage", ["failed", "missing", "not json"])
+def test_a_failed_missing_or_damaged_record_fails_the_row(tmp_path, monkeypatch, damage):
+    named = _copy(tmp_path, lambda raw: raw.update(ok=False))
+    if damage == "missing":
+        (tmp_path / RECORDS[0].name).unlink()
+    elif damage == "not json":
+        (tmp_path / RECORDS[0].name).write_bytes(b"\xff{")
+    monkeypatch.setattr(run_records, "DIR", tmp_path)
+    outcome = claims._judge_row(claims.Row("gpu", [], named), {})
+    assert outcome.state == "FAIL", outcome
+    assert ("FAILED" if damage == "failed" else "UNREADABLE") in outcome.detail
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda raw: raw.update(schema="other"), "schema"),
+    (lambda raw: raw.update(commit="main"), "\"commit\""),
+    (lambda raw: raw["wheels"].update({"x.whl": "short"}), "\"wheels\""),
+    (lambda raw: raw["machine"].pop("driver"), "\"machine\""),
+    (lambda raw: raw.update(ok="yes"), "\"ok\""),
+])
+def test_a_damaged_record_is_one_line_naming_the_field(tmp_path, edit, says):
+    _copy(tmp_path, edit)
+    with pytest.raises(run_records.RecordError) as e:
+        run_records.load(tmp_path / RECORDS[0].name)
+    assert says in str(e.value) and "\n" not in str(e.value)
