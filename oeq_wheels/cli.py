@@ -95,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--arch", type=_comma_list, help="architectures of the rows (default: every one the lines are "
                                                    "built for; another than this host's runs under emulation)")
     m.add_argument("--keep", action="store_true", help="keep each venv and its logs")
+    m.add_argument("--record", type=Path, metavar="FILE", help="write the run's record (records/runs/NAME.json: the "
+                   "commit, each wheel's sha256, each case's result), failed or not")
     m.add_argument("--from-index", metavar="URL", help="take fastmace-oeq-ext from this simple index (e.g. "
                                                        "TestPyPI's, after an upload) instead of OUTDIR")
 
@@ -355,7 +357,7 @@ def _compare_builds(args) -> int:
 def _install_matrix(args) -> int:
     from .checks.installmatrix import run
     return run(args.outdir, args.torch, args.installer, args.python, args.keep, args.from_index, args.arch,
-               args.emulated_python, plain=not args.only_debian_pythons)
+               args.emulated_python, plain=not args.only_debian_pythons, record=args.record)
 
 
 def _publish(args) -> int:

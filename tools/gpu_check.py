@@ -24,7 +24,6 @@ OEq's own JIT build (empty cache, real compilers).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -186,11 +185,9 @@ def main() -> int:
     args = ap.parse_args()
     if not re.fullmatch(r"[0-9a-f]{40}", args.commit):
         ap.error("--commit (or OEQ_WHEELS_COMMIT) must be the 40-hex commit of this checkout")
-    wheels = {}
     for w in args.wheel:
         if not w.is_file():
             ap.error(f"--wheel {w}: no such file")
-        wheels[w.name] = hashlib.sha256(w.read_bytes()).hexdigest()
     paths = [p for p in args.paths.split(",") if p]
     problems = {k: PROBLEMS[k] for k in args.problems.split(",") if k}
     import torch
@@ -251,13 +248,11 @@ def main() -> int:
             print(exc, flush=True)
     result = {"info": info, "rows": rows, "cold_start_s": cold, "sentinel_calls": sentinel_calls,
               "paths_max_diff": same, "ok": ok}
-    record = {"schema": "oeq-wheels-run-record/1", "tool": "tools/gpu_check.py " + " ".join(sys.argv[1:]),
-              "date": info["date"], "commit": args.commit,
-              "machine": {"device": info["gpu"], "driver": info["driver"], "python": info["python"],
-                          "torch": info["torch"], "cuda": info["cuda"]},
-              "wheels": wheels, "ok": ok, "results": result, "notes": args.note}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: run_records is standard library
+    from oeq_wheels.checks import run_records
+    run_records.write(args.out, "tools/gpu_check.py " + " ".join(sys.argv[1:]), args.commit,
+                      {"device": info["gpu"], "driver": info["driver"], "python": info["python"],
+                       "torch": info["torch"], "cuda": info["cuda"]}, args.wheel, ok, result, args.note, info["date"])
     print(markdown(result))
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a run record (oeq_wheels/checks/run_records.py) for a run made on another machine (the GPU machine),
 from what the run left: its JSON outputs and text logs, each wheel it installed (hashed here, where it ran), the
-commit of the checkout, and its verdict. Standard library only: the GPU machine has no oeq_wheels environment.
+commit of the checkout, and its verdict. Standard library only: the GPU machine has the checkout but no oeq_wheels environment.
 
     python3 tools/run_record.py --tool "contrib/fastmace/gpu_rules.sh DIR" --commit SHA --wheel W.whl \
         --verdict 0 --json R1=rec/R1.json --text summary=summary.txt --note "..." --out records/runs/NAME.json
@@ -11,15 +11,14 @@ commit of the checkout, and its verdict. Standard library only: the GPU machine 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-SCHEMA = "oeq-wheels-run-record/1"  # oeq_wheels/checks/run_records.py reads it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: run_records is standard library only
+from oeq_wheels.checks import run_records  # noqa: E402
 MAX_TEXT = 64 << 10  # the tail of a long log is what tells
 
 
@@ -68,12 +67,8 @@ def main() -> int:
         results[name] = json.loads(path.read_text()) if path.is_file() else None
     for name, path in pairs(a.text, "--text"):
         results[name] = path.read_text(errors="replace")[-MAX_TEXT:] if path.is_file() else None
-    record = {"schema": SCHEMA, "tool": a.tool, "date": time.strftime("%Y-%m-%d"), "commit": a.commit,
-              "machine": machine(), "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in a.wheel},
-              "ok": a.verdict == 0, "results": results, "notes": a.note}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"run_record: wrote {a.out} (ok={record['ok']})")
+    rec = run_records.write(a.out, a.tool, a.commit, machine(), a.wheel, a.verdict == 0, results, a.note)
+    print(f"run_record: wrote {a.out} (ok={rec.ok})")
     return 0
 
 

@@ -42,7 +42,7 @@ from ..files import default_cache, keep_dir
 from ..output import extra_dir
 from ..tags import wheel_arch
 from ..release import site as site_mod
-from . import emulated, hosts, loader_stubs, pypi_mirror
+from . import emulated, hosts, loader_stubs, pypi_mirror, run_records
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
@@ -306,12 +306,14 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None, arches: list[str] | None = None,
         emulated_pythons: list[str] | None = None, uv_cache: Path | None = None, plain: bool = True,
-        standins: bool = False) -> int:
+        standins: bool = False, record: Path | None = None) -> int:
     """from_index: take fastmace-oeq-ext from this index (e.g. TestPyPI after an upload), not from OUTDIR.
     uv_cache: uv's cache for the uv cases (default: uv's own, as a user's uv install uses).
     plain: the rows of this host's own CPython too (False: only those of CPythons in a Debian root).
-    standins: NVIDIA's library wheels and Triton as stand-ins (run_case)."""
+    standins: NVIDIA's library wheels and Triton as stand-ins (run_case).
+    record: write the run's record there (checks/run_records.py), failed or not."""
     pins = pins_mod.load()
+    commit = run_records.checkout_commit() if record else ""
     cases = plan(pins, torches, installers, arches, emulated_pythons, plain)
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
@@ -336,6 +338,18 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                          {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None, standins)
                 say(f"{case.label}: {case.result}")
     print(table(cases))
+    if record:
+        used = [w for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
+                                         for c in cases)]
+        used += sorted(outdir.glob("*.whl")) if not from_index else []
+        run_records.write(record, "make install-matrix " + " ".join(sys.argv[2:]), commit,
+                          {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",
+                           "python": pythons.find(python).full_version,
+                           "torch": ", ".join(sorted({c.torch for c in cases if c.torch}))},
+                          used, all(c.ok for c in cases),
+                          {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok,
+                                      "result": c.result} for c in cases]}, [])
+        say(f"wrote the run record {record}")
     if not all(c.ok for c in cases):
         raise OeqWheelsError(f"{sum(not c.ok for c in cases)} of {len(cases)} install cases failed")
     return 0

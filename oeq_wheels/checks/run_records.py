@@ -100,6 +100,43 @@ def parse(data: bytes, path: Path) -> RunRecord:
                      raw["results"], list(notes))
 
 
+def write(path: Path, tool: str, commit: str, machine: dict, wheels: list[Path], ok: bool, results: dict,
+          notes: list[str], date: str | None = None) -> RunRecord:
+    """Write a run record (whole, or nothing: a temporary file renamed) and read it back as every reader will."""
+    import hashlib
+    import os
+    import time
+    record = {"schema": SCHEMA, "tool": tool, "date": date or time.strftime("%Y-%m-%d"), "commit": commit,
+              "machine": machine, "ok": ok, "results": results, "notes": notes,
+              "wheels": {w.name: hashlib.sha256(Path(w).read_bytes()).hexdigest() for w in wheels}}
+    data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    rec = parse(data, Path(path))  # a record this module would refuse is never written
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return rec
+
+
+def checkout_commit() -> str:
+    """The commit of this checkout, for a record made here; UsageError where it has none or has changes (a record
+    names the exact code that ran)."""
+    import subprocess
+    repo = DIR.parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True)
+    except OSError:
+        raise UsageError("a run record names its commit, and git is not here; install git") from None
+    if head.returncode != 0:
+        raise UsageError(f"a run record names its commit, and {repo} is no git checkout; run from a clone")
+    if dirty.stdout.strip():
+        raise UsageError("a run record names the exact code that ran, and this checkout has uncommitted changes: "
+                         "commit or stash them first")
+    return head.stdout.strip()
+
+
 def load(path: Path) -> RunRecord:
     try:
         data = Path(path).read_bytes()

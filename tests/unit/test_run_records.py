@@ -92,3 +92,15 @@ def test_a_damaged_record_is_one_line_naming_the_field(tmp_path, edit, says):
     with pytest.raises(run_records.RecordError) as e:
         run_records.load(tmp_path / RECORDS[0].name)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_write_reads_back_and_refuses_a_record_it_would_not_read(tmp_path):
+    wheel = tmp_path / "x-1-py3-none-any.whl"
+    wheel.write_bytes(b"bytes")
+    machine = {"device": "none", "driver": "none", "python": "3.11.7", "torch": "2.14.1"}
+    rec = run_records.write(tmp_path / "r.json", "make install-matrix", "a" * 40, machine, [wheel], True,
+                            {"cases": []}, [])
+    assert run_records.load(tmp_path / "r.json") == rec and rec.wheels[wheel.name].startswith("277089")
+    with pytest.raises(run_records.RecordError, match="commit"):
+        run_records.write(tmp_path / "bad.json", "t", "HEAD", machine, [wheel], True, {}, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", wheel.name]  # nothing half-written
