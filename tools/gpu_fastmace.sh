@@ -24,7 +24,8 @@
 #      CPATH, another fresh FASTMACE_CACHE; doctor, then the smoke run;
 #   6. compares the two runs within FastMACE's own gate floors (tools/fastmace_smoke.py --compare).
 #
-# $OUT/ gets (flat): summary.txt, doctor.txt, A.json, B.json, sentinel.log, compare.txt, run.log.
+# $OUT/ gets (flat): summary.txt, doctor.txt, A.json, B.json, sentinel.log, compare.txt, run.log; with
+# RECORD_COMMIT=SHA (the checkout's commit) also record.json, the run record for records/runs/ (tools/run_record.py).
 # Stays within FASTMACE_SMOKE_BUDGET_S (default 470 s) by capping each step's timeout.
 # FASTMACE_SMOKE_ARGS adds arguments to both smoke runs (e.g. "--precision float32"); a CPU plumbing check
 # can pass "--backend cueq --device cpu --compile-mode none". --install-only stops after step 1 (dry check).
@@ -209,7 +210,15 @@ EOF
 note "total $(since); exits A=$RC_A B=$RC_B compare=$RC_C"
 echo "================ summary"
 cat "$SUMMARY"
-[ "$RC_A" = 0 ] && [ "$RC_B" = 0 ] && [ "$RC_C" = 0 ]
+VERDICT=0; [ "$RC_A" = 0 ] && [ "$RC_B" = 0 ] && [ "$RC_C" = 0 ] || VERDICT=1
+# The run record (records/runs/): the commit is the checkout's (RECORD_COMMIT: the GPU machine's copy has no .git).
+if [ -n "${RECORD_COMMIT:-}" ]; then
+    "$PY" "$ROOT/tools/run_record.py" --tool "tools/gpu_fastmace.sh WHEELDIR${SMOKE_ARGS[*]:+ (smoke: ${SMOKE_ARGS[*]})}" \
+        --commit "$RECORD_COMMIT" --wheel "${oeq[0]}" --wheel "${ext[0]}" --verdict "$VERDICT" \
+        --json A="$OUT/A.json" --json B="$OUT/B.json" --text summary="$SUMMARY" --text doctor="$OUT/doctor.txt" \
+        --text compare="$OUT/compare.txt" --text sentinels="$OUT/sentinel.log" --out "$OUT/record.json"
+fi
+return "$VERDICT"
 }
 
 main 2>&1 | tee "$OUT/run.log"
