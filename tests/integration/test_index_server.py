@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from oeq_wheels import build, pins as P
-from oeq_wheels.release import publish, site
+from oeq_wheels.release import publish, recorded, site
 from oeq_wheels.checks import hosts, installmatrix
 from oeq_wheels.output import extra_dir
 
@@ -93,6 +93,20 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
                                       pins, args, installmatrix.pythons.find("3.11").executable, False, print,
                                       with_fastmace=True)
     assert case.ok, case.result  # judged with the doctor's first line: "OpenEquivariance precompiled ..."
+
+
+def test_the_release_set_is_exactly_the_recorded_set_every_wheel_by_name_and_bytes(release_set):
+    """Every wheel the full build gives, both packages and every line and architecture, is records/release.json's,
+    by exact name and sha256, and no recorded wheel is missing: all 17, not a sample. A change that alters any
+    wheel's bytes fails here, naming each file it alters, until the set is recorded again."""
+    record = recorded.load()
+    built = sorted([*release_set.glob("*.whl"), *extra_dir(release_set).glob("*.whl")], key=lambda w: w.name)
+    problems = record.problems(built)  # a line per built file not recorded, or recorded with other bytes
+    problems += [f"{name} is in the recorded set but was not built"
+                 for name in sorted(set(record.wheels) - {w.name for w in built})]
+    assert problems == [], f"{len(problems)} file(s) differ from the recorded set of {len(record.wheels)}:\n" + \
+        "\n".join(problems)
+    assert sorted(w.name for w in built) == sorted(record.wheels)  # the same names, each once
 
 
 def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):

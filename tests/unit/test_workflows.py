@@ -264,6 +264,38 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
     assert release_plan(narrowed)["x86_64_torches"].startswith("9.1.0,")
 
 
+def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
+    """tests/claims.toml's torch-row names what release.yml's build job installs, and no more (an ELSEWHERE row is
+    only as strong as the job it names): fastmace-oeq-ext's torch and the cu128 line's floor with pip on CPython
+    3.12, the first also on Debian testing's 3.14, the mixed pair; the aarch64 line's floor with pip and uv on each
+    emulated arm64 CPython. Every torch with both installers is `make install-matrix` by hand, a row of its own."""
+    import re
+    import shlex
+    import claims
+    from oeq_wheels import cli
+    from oeq_wheels.checks import installmatrix
+    from oeq_wheels.release.plan import release_plan
+    pins = P.load()
+    outputs = release_plan(pins)
+    ran = set()
+    for step in [s for s in load("release.yml")["jobs"]["build"]["steps"] if "make install-matrix" in s.get("run", "")]:
+        (flags,) = [w.removeprefix("MATRIX_FLAGS=") for w in shlex.split(step["run"]) if w.startswith("MATRIX_FLAGS=")]
+        output = re.fullmatch(r"\$\{\{ needs\.tag\.outputs\.(\w+) \}\}", step["env"]["TORCHES"]).group(1)
+        a = cli.parser().parse_args(["install-matrix", "dist", *shlex.split(flags.replace("$TORCHES", outputs[output]))])
+        ran |= {(c.torch, c.line.key, c.installer, c.python or a.python, c.mix) for c in installmatrix.plan(
+            pins, a.torch, a.installer, a.arch, a.emulated_python, plain=not a.only_debian_pythons)}
+    v = claims.pinned()  # the values the row's placeholders name
+    cu13, cu12, arm = pins.oeq_line("cu130").key, pins.oeq_line("cu128").key, pins.oeq_line("cu130", "aarch64").key
+    assert ran == {(v["matrix_torch"], cu13, "pip", "3.12", False), (v["cu128"], cu12, "pip", "3.12", False),
+                   (v["matrix_torch"], cu13, "pip", "3.14", False),  # Debian testing's CPython, natively
+                   (v["matrix_torch"], cu12, "pip", "3.12", True),  # the mixed pair, refused
+                   *{(v["floor"], arm, i, py, False) for i in ("pip", "uv") for py in ("3.11", "3.13", "3.14")}}
+    (row,) = [r for c in claims.load() if c.id == "torch-row" for r in c.rows if r.elsewhere.startswith("release.yml")]
+    assert row.name == (f"{v['matrix_torch']} and {v['cu128']}+cu128 with pip on CPython 3.12, {v['matrix_torch']} "
+                        "with pip on Debian testing's 3.14, the mixed pair refused; aarch64: "
+                        f"{v['floor']} with pip and uv on Debian's arm64 3.11, 3.13, 3.14 under qemu")
+
+
 def test_every_wheel_the_release_attaches_and_serves_is_attested_with_least_privilege():
     jobs = load("release.yml")["jobs"]
     attest = jobs["attest"]
