@@ -26,7 +26,6 @@ from pathlib import Path
 from .. import pins as pins_mod
 from ..inputs import pythons
 from ..errors import OeqWheelsError
-from ..files import sha256_file
 from ..progress import say
 from . import hosts, last_mile
 from ..release import recorded as recorded_mod
