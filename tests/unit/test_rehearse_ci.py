@@ -30,24 +30,97 @@ def test_every_stand_in_is_an_action_act_can_read():
         assert all(isinstance(step.get("run", ""), str) for step in action["runs"].get("steps", [])), f
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _committed_repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir()
+    _git(path, "init", "-q")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-qm", "x")
+    return path
+
+
+def _files(root: Path) -> dict[str, tuple[str, bool]]:
+    """Every file under root but git's own: (its text, or where its link points; whether it is executable)."""
+    return {p.relative_to(root).as_posix(): (os.readlink(p) if p.is_symlink() else p.read_text(), os.access(p, os.X_OK))
+            for p in root.rglob("*") if ".git" not in p.relative_to(root).parts and (p.is_file() or p.is_symlink())}
+
+
 def test_the_clone_is_tagged_even_where_the_checkout_has_the_tag_already(tmp_path):
     """On the release, test.yml (and so the slice in `make test`) runs from a checkout of the tag itself."""
     from oeq_wheels import pins as P
     pins = P.load()
-    repo = tmp_path / "repo"
-    run = lambda *a, cwd=repo: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)  # noqa: E731
-    repo.mkdir()
-    run("init", "-q")
-    (repo / "f").write_text("x")
-    run("add", "f")
-    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
-    run("tag", f"v{pins.version}")
-    clone, tag = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
+    repo = _committed_repo(tmp_path / "repo", {"f": "x"})
+    _git(repo, "tag", f"v{pins.version}")
+    clone, tag, said = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
     assert tag == f"v{pins.version}"
     head = subprocess.run(["git", "rev-parse", "HEAD", f"{tag}^{{}}"], cwd=clone, capture_output=True, text=True)
     assert len(set(head.stdout.split())) == 1
     origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=clone, capture_output=True, text=True)
     assert origin.stdout.strip() == f"https://github.com/{pins.repository}.git"
+    tree = _git(repo, "rev-parse", "HEAD^{tree}")
+    assert said == rehearse_ci.describe_tree(_git(repo, "rev-parse", "HEAD"), tree, 0)  # a clean tree: HEAD itself
+    assert _git(clone, "rev-parse", "HEAD") == _git(repo, "rev-parse", "HEAD")
+
+
+def test_the_rehearsal_runs_the_working_tree_not_head(tmp_path):
+    """The tree under test, uncommitted changes and all: what `git add -A` would commit (a modified, a staged, a
+    deleted, a new and a re-moded file, a link), nothing that .gitignore or info/exclude ignores; the tagged commit
+    holds it (the workflows read it through git) and the clone is clean at it. The repository is only read."""
+    from oeq_wheels import pins as P
+    pins = P.load()
+    repo = _committed_repo(tmp_path / "repo", {"kept": "1", "edited": "old", "staged": "old", "gone": "x",
+                                               "tool.sh": "echo", "sub/deep": "d", ".gitignore": "/dist/\n*.log\n"})
+    head = _git(repo, "rev-parse", "HEAD")
+    (repo / "edited").write_text("new")
+    (repo / "staged").write_text("staged")
+    _git(repo, "add", "staged")
+    (repo / "gone").unlink()
+    (repo / "tool.sh").chmod(0o755)
+    (repo / "sub" / "new").write_text("untracked")
+    (repo / "link").symlink_to("kept")
+    (repo / "dist").mkdir()
+    (repo / "dist" / "a.whl").write_text("build output")  # ignored by .gitignore
+    (repo / "run.log").write_text("log")  # ignored by .gitignore
+    (repo / "mine").write_text("local")  # ignored by the repository's own info/exclude
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_text("/mine\n")
+    status, objects = _git(repo, "status", "--porcelain"), _git(repo, "count-objects", "-v")
+
+    clone, tag, said = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
+
+    expected = {"kept": ("1", False), "edited": ("new", False), "staged": ("staged", False), "tool.sh": ("echo", True),
+                "sub/deep": ("d", False), "sub/new": ("untracked", False), "link": ("kept", False),
+                ".gitignore": ("/dist/\n*.log\n", False)}
+    assert _files(clone) == expected
+    assert _git(clone, "status", "--porcelain", "--untracked-files=all") == ""  # act's checkout: clean, at the tag
+    assert _git(clone, "rev-parse", "HEAD^") == head == _git(clone, "rev-parse", f"{tag}^{{}}^")
+    assert _git(clone, "show", f"{tag}:edited") == "new"  # what `git show TAG:records/release.json` reads
+    tree = _git(clone, "rev-parse", "HEAD^{tree}")
+    assert said == rehearse_ci.describe_tree(head, tree, 6)  # edited, staged, gone, tool.sh, sub/new, link
+    assert (_git(repo, "status", "--porcelain"), _git(repo, "count-objects", "-v")) == (status, objects)
+
+
+def test_a_worktree_is_rehearsed_as_its_own_working_tree(tmp_path):
+    """A linked worktree (git worktree add) is cloned at its own HEAD, with its own changes, not the main checkout's."""
+    from oeq_wheels import pins as P
+    main = _committed_repo(tmp_path / "main", {"f": "main"})
+    _git(main, "worktree", "add", "-q", "--detach", str(tmp_path / "wt"))
+    wt = tmp_path / "wt"
+    (wt / "f").write_text("worktree")
+    _git(wt, "commit", "-qam", "in the worktree")
+    (wt / "g").write_text("uncommitted")
+    clone, _tag, said = rehearse_ci.tagged_clone(wt, tmp_path / "clone", P.load())
+    assert _files(clone) == {"f": ("worktree", False), "g": ("uncommitted", False)}
+    assert _git(clone, "rev-parse", "HEAD^") == _git(wt, "rev-parse", "HEAD") != _git(main, "rev-parse", "HEAD")
+    assert " and 1 path(s) not committed there " in said
 
 
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
