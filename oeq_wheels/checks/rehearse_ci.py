@@ -311,6 +311,31 @@ def check_published(ws: Path, recorded: recorded_mod.Recorded, complete: bool) -
     return problems
 
 
+def slice_tag(python: str) -> str:
+    """The part of a wheel's name that says it is for this CPython: '-cp311-' for 3.11 (cp312-abi3 is 3.12's)."""
+    return f"-cp{python.replace('.', '')}-"
+
+
+def slice_problems(recorded: recorded_mod.Recorded, built: list[Path], python: str) -> list[str]:
+    """The slice's wheels held to the record: each of them the recorded bytes, and every wheel the record names for
+    that CPython among them (a build job that left some of them is not a slice of the release). Problems."""
+    problems = recorded.problems(built)
+    names = {b.name for b in built}
+    missing = sorted(n for n in recorded.wheels if slice_tag(python) in n and n not in names)
+    if missing:
+        problems.append(f"the build job left no {', '.join(missing)} ({recorded.source} names it for CPython {python})")
+    if not built:
+        problems.append("the build job left no wheel")
+    return problems
+
+
+def slice_line(count: int, python: str) -> str:
+    """What the slice says when its wheels are the recorded ones (tests/integration/test_rehearse_ci_act.py reads
+    it)."""
+    return (f"rehearse-ci: the slice's {count} wheel(s) are the recorded bytes, every one records/release.json names "
+            f"for CPython {python}")
+
+
 def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: dict) -> int:
     """0 when the scenario ended as it must: the clean run published the recorded set; a hostile one published
     nothing, and the log holds its one line naming the file and why."""
@@ -450,11 +475,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
             # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts
             built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/*.whl"))
-            problems += [f"slice: {line}" for line in recorded.problems(built)]
-            if not built:
-                problems.append("slice: the build job left no wheel")
-            elif not problems:
-                say(f"rehearse-ci: the slice's {len(built)} wheel(s) are the recorded bytes")
+            problems += [f"slice: {line}" for line in slice_problems(recorded, built, python)]
+            if not problems:
+                say(slice_line(len(built), python))
         for p in problems:
             say(f"rehearse-ci: FAIL: {p}")
         say(f"rehearse-ci: {'FAILED' if problems else 'OK'}; log {log}")

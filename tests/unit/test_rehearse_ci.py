@@ -152,7 +152,7 @@ def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is
         conftest.unavailable("act", why)
     # The integration test itself: no skipif, and its first statements are that decision.
     source = (REPO / "tests" / "integration" / "test_rehearse_ci_act.py").read_text()
-    (test,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+    (test,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
     assert not test.decorator_list
     first = ast.unparse(test.body[0]) + "\n" + ast.unparse(test.body[1])
     assert first == "why = rehearse_ci.cannot_run_here()\nif why:\n    unavailable('act', why)"
@@ -186,6 +186,32 @@ def test_the_rehearsed_workflow_lacks_only_the_jobs_named_not_run(tmp_path):
     assert set(out["jobs"]) == set(src["jobs"]) - dropped
     assert out["jobs"]["build"]["needs"] == ["tag"]
     assert out["jobs"]["build"]["steps"] == src["jobs"]["build"]["steps"]
+
+
+def test_the_slice_is_every_wheel_the_record_names_for_its_cpython_with_the_recorded_bytes(tmp_path):
+    """The slice's line ("the slice's N wheel(s) are the recorded bytes") is said only when the build job left every
+    wheel the record names for that CPython, each with its bytes: a build that left fewer, or other bytes, is one
+    problem naming the file."""
+    from oeq_wheels.files import sha256_file
+    from oeq_wheels.release import recorded as R
+    built = []
+    for name, text in (("a-1.0-cp311-cp311-linux_x86_64.whl", "a"), ("b-1.0-cp311-cp311-linux_x86_64.whl", "b")):
+        (tmp_path / name).write_text(text)
+        built.append(tmp_path / name)
+    record = R.Recorded("1.0", {**{f.name: sha256_file(f) for f in built},
+                                "a-1.0-cp312-abi3-linux_x86_64.whl": "0" * 64}, "release.json")
+    assert rehearse_ci.slice_problems(record, built, "3.11") == []
+    assert rehearse_ci.slice_problems(record, built[:1], "3.11") == [
+        "the build job left no b-1.0-cp311-cp311-linux_x86_64.whl (release.json names it for CPython 3.11)"]
+    built[1].write_text("other bytes")
+    (problem,) = rehearse_ci.slice_problems(record, built, "3.11")
+    assert problem.startswith("b-1.0-cp311-cp311-linux_x86_64.whl has sha256 ")
+    assert rehearse_ci.slice_problems(record, [], "3.14") == ["the build job left no wheel"]
+    assert rehearse_ci.slice_line(2, "3.11") == ("rehearse-ci: the slice's 2 wheel(s) are the recorded bytes, every one "
+                                                 "records/release.json names for CPython 3.11")
+    # the suite's slice (3.11): both packages' wheels of every line the record names
+    names = [n for n in R.load().wheels if rehearse_ci.slice_tag("3.11") in n]
+    assert {n.split("-")[0] for n in names} == {"fastmace_oeq_ext", "openequivariance"}
 
 
 def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp_path):
