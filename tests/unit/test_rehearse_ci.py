@@ -158,6 +158,17 @@ def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is
     assert first == "why = rehearse_ci.cannot_run_here()\nif why:\n    unavailable('act', why)"
 
 
+def test_the_act_slice_has_a_claim_in_the_words_of_docs_releasing():
+    """The proof table's act-slice row says what the act test proves, in the words docs/releasing.md uses (its
+    sentence wraps, so the words are compared with the line breaks as spaces)."""
+    import claims
+    (claim,) = [c for c in claims.load() if c.id == "act-slice"]
+    assert claim.tests == ["tests/integration/test_rehearse_ci_act.py::test_release_workflows_tag_job_and_one_cpythons_"
+                           "build_run_under_act_as_githubs_runner_would"]
+    assert [doc for doc, _ in claim.at] == ["docs/releasing.md"]
+    assert claim.claim in " ".join((REPO / "docs" / "releasing.md").read_text().split())
+
+
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
     wf = tmp_path / "x.yml"
     wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")
