@@ -159,14 +159,15 @@ def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is
 
 
 def test_the_act_slice_has_a_claim_in_the_words_of_docs_releasing():
-    """The proof table's act-slice row says what the act test proves, in the words docs/releasing.md uses (its
-    sentence wraps, so the words are compared with the line breaks as spaces)."""
+    """The proof table's act-slice row says what the act test proves, in the words docs/releasing.md and
+    docs/testing.md's list use (their sentences wrap, so the words are compared with the line breaks as spaces)."""
     import claims
     (claim,) = [c for c in claims.load() if c.id == "act-slice"]
     assert claim.tests == ["tests/integration/test_rehearse_ci_act.py::test_release_workflows_tag_job_and_one_cpythons_"
                            "build_run_under_act_as_githubs_runner_would"]
-    assert [doc for doc, _ in claim.at] == ["docs/releasing.md"]
-    assert claim.claim in " ".join((REPO / "docs" / "releasing.md").read_text().split())
+    assert [doc for doc, _ in claim.at] == ["docs/releasing.md", "docs/testing.md"]
+    for doc, _ in claim.at:
+        assert claim.claim in " ".join((REPO / doc).read_text().split()), doc
 
 
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
