@@ -129,8 +129,8 @@ def parser() -> argparse.ArgumentParser:
 
     rc = sub.add_parser("rehearse-ci", parents=[common], help="run release.yml (and test.yml) here under act, as "
                         "GitHub's runner would, with local stand-ins for GitHub's services",
-                        description="A fresh clone tagged v<version>, run by a non-root user with password-free sudo "
-                                    "under act; stand-ins for GitHub's services (oeq_wheels/checks/rehearse_ci.py); "
+                        description="A fresh clone of the working tree tagged v<version>, run by a non-root user "
+                                    "with password-free sudo under act; stand-ins for GitHub's services (oeq_wheels/checks/rehearse_ci.py); "
                                     "then what was published is held to docs/validation.md's sha256s.")
     rc.add_argument("--job", action="append", help="only this job of release.yml, with the jobs it needs (repeatable)")
     rc.add_argument("--python", help="the suite's slice: the tag job and the build job's steps for this CPython")

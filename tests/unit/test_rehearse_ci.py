@@ -30,24 +30,144 @@ def test_every_stand_in_is_an_action_act_can_read():
         assert all(isinstance(step.get("run", ""), str) for step in action["runs"].get("steps", [])), f
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _committed_repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir()
+    _git(path, "init", "-q")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-qm", "x")
+    return path
+
+
+def _files(root: Path) -> dict[str, tuple[str, bool]]:
+    """Every file under root but git's own: (its text, or where its link points; whether it is executable)."""
+    return {p.relative_to(root).as_posix(): (os.readlink(p) if p.is_symlink() else p.read_text(), os.access(p, os.X_OK))
+            for p in root.rglob("*") if ".git" not in p.relative_to(root).parts and (p.is_file() or p.is_symlink())}
+
+
 def test_the_clone_is_tagged_even_where_the_checkout_has_the_tag_already(tmp_path):
     """On the release, test.yml (and so the slice in `make test`) runs from a checkout of the tag itself."""
     from oeq_wheels import pins as P
     pins = P.load()
-    repo = tmp_path / "repo"
-    run = lambda *a, cwd=repo: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)  # noqa: E731
-    repo.mkdir()
-    run("init", "-q")
-    (repo / "f").write_text("x")
-    run("add", "f")
-    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
-    run("tag", f"v{pins.version}")
-    clone, tag = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
+    repo = _committed_repo(tmp_path / "repo", {"f": "x"})
+    _git(repo, "tag", f"v{pins.version}")
+    clone, tag, said = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
     assert tag == f"v{pins.version}"
     head = subprocess.run(["git", "rev-parse", "HEAD", f"{tag}^{{}}"], cwd=clone, capture_output=True, text=True)
     assert len(set(head.stdout.split())) == 1
     origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=clone, capture_output=True, text=True)
     assert origin.stdout.strip() == f"https://github.com/{pins.repository}.git"
+    tree = _git(repo, "rev-parse", "HEAD^{tree}")
+    assert said == rehearse_ci.describe_tree(_git(repo, "rev-parse", "HEAD"), tree, 0)  # a clean tree: HEAD itself
+    assert _git(clone, "rev-parse", "HEAD") == _git(repo, "rev-parse", "HEAD")
+
+
+def test_the_rehearsal_runs_the_working_tree_not_head(tmp_path):
+    """The tree under test, uncommitted changes and all: what `git add -A` would commit (a modified, a staged, a
+    deleted, a new and a re-moded file, a link), nothing that .gitignore or info/exclude ignores; the tagged commit
+    holds it (the workflows read it through git) and the clone is clean at it. The repository is only read."""
+    from oeq_wheels import pins as P
+    pins = P.load()
+    repo = _committed_repo(tmp_path / "repo", {"kept": "1", "edited": "old", "staged": "old", "gone": "x",
+                                               "tool.sh": "echo", "sub/deep": "d", ".gitignore": "/dist/\n*.log\n"})
+    head = _git(repo, "rev-parse", "HEAD")
+    (repo / "edited").write_text("new")
+    (repo / "staged").write_text("staged")
+    _git(repo, "add", "staged")
+    (repo / "gone").unlink()
+    (repo / "tool.sh").chmod(0o755)
+    (repo / "sub" / "new").write_text("untracked")
+    (repo / "link").symlink_to("kept")
+    (repo / "dist").mkdir()
+    (repo / "dist" / "a.whl").write_text("build output")  # ignored by .gitignore
+    (repo / "run.log").write_text("log")  # ignored by .gitignore
+    (repo / "mine").write_text("local")  # ignored by the repository's own info/exclude
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_text("/mine\n")
+    status, objects = _git(repo, "status", "--porcelain"), _git(repo, "count-objects", "-v")
+
+    clone, tag, said = rehearse_ci.tagged_clone(repo, tmp_path / "clone", pins)
+
+    expected = {"kept": ("1", False), "edited": ("new", False), "staged": ("staged", False), "tool.sh": ("echo", True),
+                "sub/deep": ("d", False), "sub/new": ("untracked", False), "link": ("kept", False),
+                ".gitignore": ("/dist/\n*.log\n", False)}
+    assert _files(clone) == expected
+    assert _git(clone, "status", "--porcelain", "--untracked-files=all") == ""  # act's checkout: clean, at the tag
+    assert _git(clone, "rev-parse", "HEAD^") == head == _git(clone, "rev-parse", f"{tag}^{{}}^")
+    assert _git(clone, "show", f"{tag}:edited") == "new"  # what `git show TAG:records/release.json` reads
+    tree = _git(clone, "rev-parse", "HEAD^{tree}")
+    assert said == rehearse_ci.describe_tree(head, tree, 6)  # edited, staged, gone, tool.sh, sub/new, link
+    assert (_git(repo, "status", "--porcelain"), _git(repo, "count-objects", "-v")) == (status, objects)
+
+
+def test_a_worktree_is_rehearsed_as_its_own_working_tree(tmp_path):
+    """A linked worktree (git worktree add) is cloned at its own HEAD, with its own changes, not the main checkout's."""
+    from oeq_wheels import pins as P
+    main = _committed_repo(tmp_path / "main", {"f": "main"})
+    _git(main, "worktree", "add", "-q", "--detach", str(tmp_path / "wt"))
+    wt = tmp_path / "wt"
+    (wt / "f").write_text("worktree")
+    _git(wt, "commit", "-qam", "in the worktree")
+    (wt / "g").write_text("uncommitted")
+    clone, _tag, said = rehearse_ci.tagged_clone(wt, tmp_path / "clone", P.load())
+    assert _files(clone) == {"f": ("worktree", False), "g": ("uncommitted", False)}
+    assert _git(clone, "rev-parse", "HEAD^") == _git(wt, "rev-parse", "HEAD") != _git(main, "rev-parse", "HEAD")
+    assert " and 1 path(s) not committed there " in said
+
+
+def test_the_act_slice_needs_act_and_root_or_password_free_sudo(tmp_path):
+    """What tests/integration/test_rehearse_ci_act.py asks before it runs act: act in the tools' venv, and root (which
+    makes the runner user) or password-free sudo, as runner_user needs; sudo is not asked of root."""
+    act = tmp_path / "act"
+    never = lambda: pytest.fail("sudo was asked although the rehearsal runs as root")  # noqa: E731
+    assert "act is not in the pinned tools' venv" in rehearse_ci.missing_here(0, never, act)
+    act.write_text("")
+    assert rehearse_ci.missing_here(0, never, act) is None
+    assert rehearse_ci.missing_here(1000, lambda: True, act) is None
+    assert rehearse_ci.missing_here(1000, lambda: False, act) == \
+        "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+
+
+def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is_a_named_skip_elsewhere(monkeypatch):
+    """The act slice asks unavailable("act", why), never pytest.mark.skipif: a skipif is decided before any test runs
+    and bypasses OEQ_WHEELS_TEST_REQUIRE, so the act test could pass a required run silently."""
+    import ast
+    import conftest
+    assert "act" in conftest.CAPABILITIES
+    why = "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
+    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation", "act"})
+    required = r"^act required \(OEQ_WHEELS_TEST_REQUIRE\) but not available: needs root"
+    with pytest.raises(pytest.fail.Exception, match=required):
+        conftest.unavailable("act", why)
+    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation"})
+    with pytest.raises(pytest.skip.Exception, match="needs root or password-free sudo"):
+        conftest.unavailable("act", why)
+    # The integration test itself: no skipif, and its first statements are that decision.
+    source = (REPO / "tests" / "integration" / "test_rehearse_ci_act.py").read_text()
+    (test,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    assert not test.decorator_list
+    first = ast.unparse(test.body[0]) + "\n" + ast.unparse(test.body[1])
+    assert first == "why = rehearse_ci.cannot_run_here()\nif why:\n    unavailable('act', why)"
+
+
+def test_the_act_slice_has_a_claim_in_the_words_of_docs_releasing():
+    """The proof table's act-slice row says what the act test proves, in the words docs/releasing.md and
+    docs/testing.md's list use (their sentences wrap, so the words are compared with the line breaks as spaces)."""
+    import claims
+    (claim,) = [c for c in claims.load() if c.id == "act-slice"]
+    assert claim.tests == ["tests/integration/test_rehearse_ci_act.py::test_release_workflows_tag_job_and_one_cpythons_"
+                           "build_run_under_act_as_githubs_runner_would"]
+    assert [doc for doc, _ in claim.at] == ["docs/releasing.md", "docs/testing.md"]
+    for doc, _ in claim.at:
+        assert claim.claim in " ".join((REPO / doc).read_text().split()), doc
 
 
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
@@ -78,6 +198,32 @@ def test_the_rehearsed_workflow_lacks_only_the_jobs_named_not_run(tmp_path):
     assert set(out["jobs"]) == set(src["jobs"]) - dropped
     assert out["jobs"]["build"]["needs"] == ["tag"]
     assert out["jobs"]["build"]["steps"] == src["jobs"]["build"]["steps"]
+
+
+def test_the_slice_is_every_wheel_the_record_names_for_its_cpython_with_the_recorded_bytes(tmp_path):
+    """The slice's line ("the slice's N wheel(s) are the recorded bytes") is said only when the build job left every
+    wheel the record names for that CPython, each with its bytes: a build that left fewer, or other bytes, is one
+    problem naming the file."""
+    from oeq_wheels.files import sha256_file
+    from oeq_wheels.release import recorded as R
+    built = []
+    for name, text in (("a-1.0-cp311-cp311-linux_x86_64.whl", "a"), ("b-1.0-cp311-cp311-linux_x86_64.whl", "b")):
+        (tmp_path / name).write_text(text)
+        built.append(tmp_path / name)
+    record = R.Recorded("1.0", {**{f.name: sha256_file(f) for f in built},
+                                "a-1.0-cp312-abi3-linux_x86_64.whl": "0" * 64}, "release.json")
+    assert rehearse_ci.slice_problems(record, built, "3.11") == []
+    assert rehearse_ci.slice_problems(record, built[:1], "3.11") == [
+        "the build job left no b-1.0-cp311-cp311-linux_x86_64.whl (release.json names it for CPython 3.11)"]
+    built[1].write_text("other bytes")
+    (problem,) = rehearse_ci.slice_problems(record, built, "3.11")
+    assert problem.startswith("b-1.0-cp311-cp311-linux_x86_64.whl has sha256 ")
+    assert rehearse_ci.slice_problems(record, [], "3.14") == ["the build job left no wheel"]
+    assert rehearse_ci.slice_line(2, "3.11") == ("rehearse-ci: the slice's 2 wheel(s) are the recorded bytes, every one "
+                                                 "records/release.json names for CPython 3.11")
+    # the suite's slice (3.11): both packages' wheels of every line the record names
+    names = [n for n in R.load().wheels if rehearse_ci.slice_tag("3.11") in n]
+    assert {n.split("-")[0] for n in names} == {"fastmace_oeq_ext", "openequivariance"}
 
 
 def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp_path):

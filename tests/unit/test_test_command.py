@@ -108,10 +108,10 @@ def test_the_suites_processes_write_no_bytecode():
 
 
 def test_as_root_with_apt_the_test_command_requires_every_capability_by_default():
-    """Where the suite can bring engines and emulation up itself, failing to is a failure unless the caller says
-    otherwise (OEQ_WHEELS_TEST_REQUIRE set, even empty)."""
+    """Where the suite can bring engines, emulation and act's runner user up itself, failing to is a failure unless the
+    caller says otherwise (OEQ_WHEELS_TEST_REQUIRE set, even empty)."""
     script = (f'source {REPO / "tools/ci/require.sh"}; echo "R=${{OEQ_WHEELS_TEST_REQUIRE-unset}}"')
-    for uid, apt, preset, want in ((0, True, None, "engines,emulation"), (1000, True, None, "unset"),
+    for uid, apt, preset, want in ((0, True, None, "engines,emulation,act"), (1000, True, None, "unset"),
                                    (0, False, None, "unset"), (0, True, "", ""), (0, True, "engines", "engines")):
         env = {"PATH": "/usr/bin:/bin", "OEQ_TEST_UID": str(uid), "OEQ_TEST_APT": "1" if apt else ""}
         if preset is not None:

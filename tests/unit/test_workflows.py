@@ -199,7 +199,7 @@ def test_tests_run_once_per_change_and_are_callable_by_the_release():
     # The test command's own engines (through sudo), whose image is made of the pinned toolchain's packages: no
     # pulled manylinux image, whose compilers are not the pinned ones.
     assert "make test" in runs and "docker pull" not in runs and "OEQ_WHEELS_TEST_ENGINE" not in job["env"]
-    assert job["env"]["OEQ_WHEELS_TEST_REQUIRE"] == "engines,emulation"
+    assert job["env"]["OEQ_WHEELS_TEST_REQUIRE"] == "engines,emulation,act"
     (cache,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@")]
     assert "hashFiles('oeq_wheels/pins.toml')" in cache["with"]["key"]
     assert "refs/tags/" in cache["if"]  # a release run never restores a cache
