@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, pins as P, driver_stub
+from oeq_wheels import build, pins as P, driver_stub, tags
 from oeq_wheels.inputs import fetch, unpack, members, pythons  # noqa: E402
 from oeq_wheels.checks import sentinels, venvs
 
@@ -133,7 +133,7 @@ def stable_floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
     for line in pins.oeq_lines:
         # Each architecture's compiler: this host's for its own, Debian's cross compiler for aarch64.
         tool = cc.cross_toolchain(line.arch)
-        shim = build.verify.manylinux_version(line.arch.platform_tag) < (2, 32)
+        shim = tags.manylinux_version(line.arch.platform_tag) < (2, 32)
         gnu2 = tool.accepts("-mtls-dialect=gnu2")
         trees = build.stable_trees(pins, line, files, cache)
         base = stable.Recipe(trees, shim, torch_label="torch", tls_gnu2=gnu2)
@@ -304,7 +304,7 @@ def main() -> int:
         t0 = time.monotonic()
         build.run(out, None, cache=c)
         t_rebuild = time.monotonic() - t0
-        prof = {(f"openequivariance {r['wheel'].split('-')[1].split('.', 3)[-1]} {build.verify.tag_arch(r['tag'])} " if
+        prof = {(f"openequivariance {r['wheel'].split('-')[1].split('.', 3)[-1]} {tags.tag_arch(r['tag'])} " if
                  r["wheel"].startswith("openequivariance") else "") + r["wheel"].split("-")[2]: r["timings"] for r in got}
         sizes = {r["wheel"]: r["size"] for r in got}
         venv = venvs.torch_venv(pins, cache)
