@@ -226,8 +226,35 @@ def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
     return Outcome("PARTIAL" if not_run else "PASS", detail)
 
 
-def table(claims: list[Claim], results: dict[str, tuple[str, str]]) -> tuple[list[str], dict[str, Outcome]]:
+# What a test may record (record_property(key, sonames)) for the proof table to print under its row, and the words
+# for an empty set.
+NOTES = {"load stubs": "none (NVIDIA's wheels whole)", "real NVIDIA libraries": "none"}
+
+
+def note_lines(claim: Claim, notes: dict[str, dict[str, list[str]]], indent: int) -> list[str]:
+    """Under a claim's line, for each row whose tests recorded a note (NOTES: the exact sonames of the load stubs
+    that stood in for NVIDIA's libraries, the real ones seen loaded): one line per distinct set, with its tests."""
+    out = []
+    for row in claim.evidence():
+        for key, empty in NOTES.items():
+            sets: dict[tuple[str, ...], list[str]] = {}
+            for nodeid, names in sorted(notes.get(key, {}).items()):
+                if any(_matches(t, nodeid) for t in row.tests):
+                    sets.setdefault(tuple(names), []).append(nodeid.split("::")[-1])
+            for names, tests in sets.items():
+                out.append(f"{'':<{indent}}{row.name or claim.id}: {key} ({len(names)}, {len(tests)} test(s)): "
+                           f"{', '.join(names) or empty}")
+    return out
+
+
+def table(claims: list[Claim], results: dict[str, tuple[str, str]],
+          notes: dict[str, dict[str, list[str]]] | None = None) -> tuple[list[str], dict[str, Outcome]]:
+    """The proof table's lines (a claim per line, its rows' notes under it) and each claim's outcome.
+    notes: NOTES key -> nodeid -> the sonames the test recorded under it."""
     judged = {c.id: judge(c, results) for c in claims}
     width = max(len(c.id) for c in claims)
-    lines = [f"{c.id:<{width}}  {judged[c.id].state:<9}  {judged[c.id].detail}"[:200] for c in claims]
+    lines = []
+    for c in claims:
+        lines.append(f"{c.id:<{width}}  {judged[c.id].state:<9}  {judged[c.id].detail}"[:200])
+        lines += note_lines(c, notes or {}, width + 13)
     return lines, judged

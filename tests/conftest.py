@@ -458,6 +458,9 @@ def pytest_xdist_make_scheduler(config, log):
 # The proof table (tests/claims.py): each test's outcome, then each claim's at the end of the run (in the
 # process that reports it: the only one without xdist, the controller with it).
 _RESULTS: dict[str, tuple[str, str]] = {}
+# nodeid -> the sonames a test recorded (record_property) under each of claims.NOTES: its load stubs, the real
+# NVIDIA libraries it saw loaded; the proof table prints them under the test's row.
+_NOTES: dict[str, dict[str, list[str]]] = {}
 
 
 def _reports(config) -> bool:
@@ -465,6 +468,11 @@ def _reports(config) -> bool:
 
 
 def pytest_runtest_logreport(report):
+    import claims
+    for key, value in getattr(report, "user_properties", ()):
+        if key in claims.NOTES:
+            notes = _NOTES.setdefault(key, {})
+            notes[report.nodeid] = sorted(set(notes.get(report.nodeid, [])) | set(value))
     before = _RESULTS.get(report.nodeid, ("passed", ""))
     if report.failed:
         _RESULTS[report.nodeid] = ("failed", "")
@@ -481,7 +489,7 @@ _TABLE: list = []  # (lines, judged), made once at the end of the run
 def _claims_table():
     if not _TABLE:
         import claims
-        _TABLE.append(claims.table(claims.load(), _RESULTS))
+        _TABLE.append(claims.table(claims.load(), _RESULTS, _NOTES))
     return _TABLE[0]
 
 

@@ -194,7 +194,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     # In a Debian root, its own PATH: this host's CPythons (bound in with its folders) are not that system's.
     path = "/usr/local/bin:/usr/bin:/bin" if case.rooted else env["PATH"]
-    standins = standins and pypi_mirror.standin_url() is not None
+    asked, standins = standins, standins and pypi_mirror.standin_url() is not None
     env.update(venvs.index_env(standins), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
                TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})
@@ -237,8 +237,10 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
                 f"our {Path(check['module']).name}" if case.rooted and check and check["module"] else "our binary wheel"
             case.path = (f"OEq precompiled ({whose})" if check and check["precompiled"] else
                          f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
-            if standins:
-                case.path += f"; NVIDIA's wheels stand-ins, {len(stubbed)} load stubs"
+            if standins:  # the exact set: loader_stubs.make holds it to what the install's files NEED and lack
+                case.path += f"; NVIDIA's wheels stand-ins, load stubs: {', '.join(sorted(p.name for p in stubbed)) or 'none'}"
+            elif asked:  # no stand-in index (OEQ_WHEELS_PYPI_MIRROR=off): the stronger run, PyPI's wheels whole
+                case.path += f"; {WHOLE_SHOWN}"
         why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
         if check is None:
             why.append(c.stderr.strip()[-500:])
@@ -262,6 +264,17 @@ def manylinux_tags(target: str) -> list[str]:
     manylinux2014 (glibc 2.17): NVIDIA's aarch64 wheels are tagged 2_27 and 2_17."""
     major, minor, arch = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", target).groups()
     return [f"manylinux_{major}_{m}_{arch}" for m in range(int(minor), 16, -1)] + [f"manylinux2014_{arch}"]
+
+
+STANDINS_SHOWN = re.compile(r"NVIDIA's wheels stand-ins, load stubs: (none|lib[\w.+-]+(?:, lib[\w.+-]+)*)")
+WHOLE_SHOWN = "NVIDIA's wheels whole, no load stubs"
+
+
+def stubs_shown(printed: str) -> list[list[str]]:
+    """Each stand-in case's load stubs as the table printed them (its exact sonames; [] for a case run with
+    NVIDIA's wheels whole, the stronger run): for a caller that reads the table, as the tests do."""
+    return [m.group(1).split(", ") if m.group(1) not in (None, "none") else [] for m in
+            re.finditer(STANDINS_SHOWN.pattern + "|" + re.escape(WHOLE_SHOWN), printed)]
 
 
 def table(cases: list[Case]) -> str:

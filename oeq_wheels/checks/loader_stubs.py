@@ -183,12 +183,28 @@ def _version_script(symbols: dict[str, tuple]) -> str:
     return "".join(f"{v} {{ global: {' '.join(s + ';' for s in names)} }};\n" for v, names in nodes.items())
 
 
+def lacking(root: Path) -> set[str]:
+    """The NVIDIA sonames (libcuda.so.1 aside) that an ELF file under root NEEDS and no file under root is named:
+    plan's set counted without the loader's search (no RUNPATH, no closure), the cross-check make holds it to. As in
+    plan, a file in NVIDIA's folder counts only where some file NEEDS it by name (a plugin is dlopen()ed by choice)."""
+    files = {f: _needed(f)[0] for f in _elf_files(root)}
+    wanted = {n for needed in files.values() for n in needed}
+    present = {p.name for p in root.rglob("*.so*")}
+    return {n for f, needed in files.items() if f.relative_to(root).parts[0] != "nvidia" or f.name in wanted
+            for n in needed if n != DRIVER and NVIDIA.fullmatch(n) and n not in present}
+
+
 def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc", sysroot: Path | None = None) -> list[Path]:
     """Write a stub for each library root's files need and nobody has into out; return them (none: nothing is
     missing, as in an install with NVIDIA's wheels). cc: a compiler for the install's architecture; sysroot: as
-    plan's."""
+    plan's. The set is exactly lacking(root), or nothing is written."""
+    planned = plan(root, interpreter, sysroot=sysroot)
+    expected = lacking(root)
+    if set(planned) != expected:
+        raise LoaderStubError(f"load stubs: the loader's walk of {root} lacks {sorted(planned)}, its files' NEEDED "
+                              f"lack {sorted(expected)}: one of the two counts is wrong")
     made = []
-    for soname, symbols in sorted(plan(root, interpreter, sysroot=sysroot).items()):
+    for soname, symbols in sorted(planned.items()):
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             src, script = Path(tmp) / "stub.c", Path(tmp) / "stub.map"

@@ -203,10 +203,10 @@ def installed_reversion(site: Path, project: str, new_version: str) -> None:
 # What a check that loads torch and runs nothing of CUDA leaves out: NVIDIA's wheels (and cuda-toolkit, which names
 # them), and Triton, the compiler torch imports only when asked to compile (torch.compile, FastMACE's kernels).
 LOAD_ONLY_LEFT_OUT = re.compile(r"(nvidia-|cuda-toolkit\b|triton\b)", re.I)
-# Kept: the CUDA libraries FastMACE's runtime looks for before OEq loads (fastmace.kernels._oeq_runtime: cudart,
-# nvrtc, cublas with their headers, CUDA 13's in nvidia/cu13 only), by their wheels' names and as cuda-toolkit's
-# extras; a CUDA 12 torch's (nvidia-*-cu12) are none it looks for.
-RUNTIME_WHEEL = re.compile(r"nvidia-(cuda-runtime|cuda-nvrtc|cublas)(-cu13)?(?![\w-])", re.I)
+# Kept: the CUDA libraries OEq's extension NEEDS (cudart, NVRTC, cuBLAS), which FastMACE's runtime also looks for
+# before OEq loads (fastmace.kernels._oeq_runtime, CUDA 13's in nvidia/cu13), by their wheels' names (a CUDA 12
+# torch's nvidia-*-cu12 too: every line loads beside its real libraries) and as cuda-toolkit's extras.
+RUNTIME_WHEEL = re.compile(r"nvidia-(cuda-runtime|cuda-nvrtc|cublas)(-cu1[23])?(?![\w-])", re.I)
 RUNTIME_EXTRAS = ("cudart", "nvrtc", "cublas")
 TOOLKIT = re.compile(r"cuda-toolkit\[([^\]]*)\]", re.I)
 
@@ -247,8 +247,8 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
     transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
     torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install).
-    whole=False: torch and its other requirements, of NVIDIA's wheels only those FastMACE's runtime looks for
-    (cudart, nvrtc, cuBLAS; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest, about 2 GB,
+    whole=False: torch and its other requirements, of NVIDIA's wheels only those OEq's extension NEEDS
+    (cudart, NVRTC, cuBLAS of the torch's CUDA line; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest, about 2 GB,
     neither fetched nor held), without Triton (~0.2 GB), for a check that loads torch's CUDA libraries and calls none
     of them and compiles nothing: loader_stubs stands in for the missing libraries (load_only_requirements)."""
     import sys

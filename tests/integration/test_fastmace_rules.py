@@ -118,7 +118,8 @@ print("OEQ " + json.dumps({"torch": torch.__version__, "precompiled": extlib.USE
     "built": extlib.BUILT_EXTENSION, "error": str(extlib.BUILT_EXTENSION_ERROR or "") or None,
     "module": getattr(extlib.extension_module, "__file__", None),
     "ops": sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-                  if hasattr(torch.ops.libtorch_tp_jit, n))}))
+                  if hasattr(torch.ops.libtorch_tp_jit, n)),
+    "mapped": sorted({l.split()[-1] for l in open("/proc/self/maps") if "/lib" in l and ".so" in l})}))
 """
 
 
@@ -157,13 +158,16 @@ def reinstall(venv: Path, *wheels: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def driver_stub(libraries: list[Path], out: Path, venv: Path | None = None) -> Path:
+def driver_stub(libraries: list[Path], out: Path, venv: Path | None = None, record=None) -> Path:
     """A libcuda.so.1 defining the driver symbols these libraries need (no GPU here); its directory. venv: also the
     load stubs of the NVIDIA libraries its install needs and lacks (a venv_for venv without NVIDIA's wheels), beside
-    it on LD_LIBRARY_PATH; none where the wheels are there."""
+    it on LD_LIBRARY_PATH; none where the wheels are there. record: the test's record_property, which the proof
+    table's row then prints the stubs' exact sonames from."""
     stub_dir = libcuda.make_stub(libcuda.undefined_driver_symbols(libraries, dynamic=True), out).parent
     if venv is not None:
-        loader_stubs.make(site_of(venv), venv / "bin" / "python", stub_dir)
+        made = loader_stubs.make(site_of(venv), venv / "bin" / "python", stub_dir)
+        if record is not None:
+            record("load stubs", sorted(p.name for p in made))
     return stub_dir
 
 
@@ -213,7 +217,7 @@ def oeq_item(doctor_out: str) -> str:
 
 
 def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, post1_torch, cp311_plain_oeq,
-                                                                     sentinels, tmp_path):
+                                                                     sentinels, tmp_path, record_property):
     """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch, PyPI's OEq and the owner's published
     fastmace-oeq-ext (post1, built for PyTorch's index's torch). Today refused; with the rules the prebuilt, unbuilt."""
     pins = P.load()
@@ -221,7 +225,8 @@ def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel,
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cp311_plain_oeq, post1_wheel)
     site = site_of(venv)
-    stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub", venv)
+    stub_dir = driver_stub([site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"], tmp_path / "stub", venv,
+                           record_property)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["torch_distribution"] == torch and today["oeq_version"] == pins.oeq.version, today
     assert today["reason"] == f"fastmace-oeq-ext was built for torch {post1_torch}, installed is {torch}"
@@ -282,7 +287,8 @@ def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_manifest, post1_
 
 
 @pytest.mark.parametrize("torch", torches())
-def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, sentinels, tmp_path):
+def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, sentinels, tmp_path,
+                                                                 record_property):
     """torch X from PyPI + our binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses (it forces
     OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
     pins = P.load()
@@ -290,7 +296,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
-    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv, record_property)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["torch_distribution"] == torch and today["oeq_version"] == line.version(pins.oeq.version), today
     assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
@@ -365,7 +371,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
 
 
 def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, sentinels,
-                                                                                  tmp_path):
+                                                                                  tmp_path, record_property):
     """PyPI's torch of the cu128 line (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
     refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
     same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
@@ -375,7 +381,7 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     venv = venv_for(torch, tmp_path)
     reinstall(venv, cu130_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
-    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)  # the row's stubs: its own line's
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
     assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
                                        "installed"), today
@@ -394,7 +400,7 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     reinstall(venv, cu128_oeq)
     libs = sorted(extlib.glob("*.so"))
     assert libs and all(".abi3." not in l.name for l in libs)  # the cp311 build of the cu128 line
-    stub12 = driver_stub(libs, tmp_path / "stub12", venv)
+    stub12 = driver_stub(libs, tmp_path / "stub12", venv, record_property)
     env = environment(venv, sentinels, stub12, tmp_path, rules=False)
     r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", OEQ_LOAD], capture_output=True,
                        text=True, env=env, cwd=str(tmp_path))
@@ -404,5 +410,15 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     assert loaded["torch"] == f"{torch}+cu{cu12.cuda.replace('.', '')}", loaded
     assert loaded["precompiled"] is True and loaded["built"] is True and loaded["error"] is None, loaded
     assert Path(loaded["module"]).parent == extlib and loaded["ops"] == OPS, loaded
+    # The loader's own account (/proc/self/maps): CUDA 12's cudart, NVRTC and cuBLAS are the real ones, from
+    # NVIDIA's cu12 wheels in the venv; the stubs it mapped are only those made for what the venv lacks.
+    nvidia = os.path.realpath(site_of(venv) / "nvidia")
+    real = [m for m in loaded["mapped"] if m.startswith(nvidia + os.sep)]
+    for soname in ("libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12"):
+        assert [m for m in loaded["mapped"] if Path(m).name == soname] == \
+            [m for m in real if Path(m).name == soname] != [], (soname, loaded["mapped"])
+    stubbed = {Path(m).name for m in loaded["mapped"] if Path(m).parent == Path(os.path.realpath(stub12))}
+    assert stubbed <= {p.name for p in stub12.iterdir()} and not stubbed & {Path(m).name for m in real}, stubbed
+    record_property("real NVIDIA libraries", sorted(Path(m).name for m in real))
     log = sentinels[1]
     assert not log.exists() or log.read_text() == ""

@@ -69,3 +69,19 @@ def test_removing_a_rows_test_or_its_parameter_is_caught():
     assert claims.missing_parameters([gone_param]) == [
         "p: tests/integration/test_fastmace_rules.py::test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension[9.9.9]"]
     assert claims.missing_parameters(entries) == []  # every [param] a row names is one the suite collects
+
+
+def test_a_rows_load_stubs_are_printed_under_its_claim_exactly():
+    """The sonames a stand-in row's tests recorded (record_property("load stubs", ...)) are printed under the claim,
+    one line per distinct set; a row whose tests recorded none prints nothing."""
+    rows = [claims.Row("aarch64", ["tests/t.py::test_arm"]), claims.Row("3.14", ["tests/t.py::test_new"])]
+    c = claims.Claim("load", "l", [], [], rows=rows)
+    results = {"tests/t.py::test_arm[pip]": ("passed", ""), "tests/t.py::test_arm[uv]": ("passed", ""),
+               "tests/t.py::test_new": ("passed", "")}
+    notes = {"load stubs": {"tests/t.py::test_arm[pip]": ["libcublasLt.so.13", "libcudnn.so.9"],
+                            "tests/t.py::test_arm[uv]": ["libcublasLt.so.13", "libcudnn.so.9"]},
+             "real NVIDIA libraries": {"tests/t.py::test_new": []}}
+    lines, _ = claims.table([c], results, notes)
+    assert lines[1:] == ["                 aarch64: load stubs (2, 2 test(s)): libcublasLt.so.13, libcudnn.so.9",
+                         "                 3.14: real NVIDIA libraries (0, 1 test(s)): none"]
+    assert claims.table([c], results)[0][1:] == []

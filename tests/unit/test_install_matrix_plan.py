@@ -88,3 +88,12 @@ def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypat
     from oeq_wheels.checks import cleaninstall, installmatrix
     for mod in (installmatrix, cleaninstall):
         assert "driver_stub.loader_path(" in inspect.getsource(mod), mod.__name__
+
+
+def test_the_tables_load_stubs_are_read_back_exactly():
+    """Each stand-in case prints its exact load stubs; a case with NVIDIA's wheels whole prints that instead."""
+    printed = (f"2.15.0  cu130 py3.14  uv   OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: "
+               f"libcublasLt.so.13, libcudnn.so.9  PASS\n"
+               f"2.15.0  cu130 py3.15  pip  OEq precompiled (ours); {installmatrix.WHOLE_SHOWN}  PASS\n"
+               f"2.14.1  cu130 py3.14  pip  OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: none  PASS")
+    assert installmatrix.stubs_shown(printed) == [["libcublasLt.so.13", "libcudnn.so.9"], [], []]

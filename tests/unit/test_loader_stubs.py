@@ -86,9 +86,9 @@ def test_an_install_with_its_libraries_gets_no_stub(install):
     assert loader_stubs.plan(root, Path(sys.executable), system={}) == {}
 
 
-def test_load_only_requirements_keep_the_rest_and_what_fastmaces_runtime_looks_for():
-    """FastMACE's runtime checks CUDA 13's cudart, nvrtc and cuBLAS (with headers, in nvidia/cu13) before OEq loads:
-    those wheels stay; a CUDA 12 torch's are none it looks for. Triton, which compiles, is left out."""
+def test_load_only_requirements_keep_the_rest_and_what_oeqs_extension_needs():
+    """OEq's extension NEEDS its line's cudart, NVRTC and cuBLAS (FastMACE's runtime looks for CUDA 13's too): those
+    wheels stay, a CUDA 12 torch's as well; NCCL, cuDNN and Triton (which compiles) are left out."""
     from oeq_wheels.checks.venvs import load_only_requirements
     meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart,cufft,nvrtc]==77.0.1; "
             "platform_system == \"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
@@ -99,6 +99,7 @@ def test_load_only_requirements_keep_the_rest_and_what_fastmaces_runtime_looks_f
             "platform_system == \"Linux\"\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
     assert load_only_requirements(meta) == [
         "filelock", 'cuda-toolkit[cublas,cudart,nvrtc]==77.0.1; platform_system == "Linux"',
+        'nvidia-cuda-runtime-cu12==77.8.90; platform_system == "Linux"',
         'nvidia-cublas==77.1; platform_system == "Linux"',
         'cuda-bindings<78,>=77.0.1; platform_system == "Linux"',
         'pyyaml; extra == "pyyaml"']
@@ -130,3 +131,15 @@ def test_in_another_root_its_libraries_and_its_interpreter_define_what_is_not_st
         "libncclX.so.1": {"ncclXInit": ("STT_FUNC", None)}}
     assert set(loader_stubs.plan(site, Path(sys.executable), system={})["libncclX.so.1"]) == {
         "ncclXInit", "sysfn", "PyFakeAPI"}  # without the root, nothing defines them
+
+
+def test_make_holds_the_loaders_walk_to_the_files_own_needs(install, tmp_path, monkeypatch):
+    """make writes exactly lacking(root), the NVIDIA sonames the files NEED and nobody has, counted without the
+    loader; a walk that finds another set writes nothing and says both."""
+    root, _ = install
+    assert loader_stubs.lacking(root) == {"libcublasX.so.9", "libncclX.so.1"}
+    real_plan = loader_stubs.plan
+    monkeypatch.setattr(loader_stubs, "plan", lambda *a, **k: {**real_plan(*a, **k), "libcufftX.so.1": {}})
+    with pytest.raises(loader_stubs.LoaderStubError, match=r"lacks \['libcublasX.so.9', 'libcufftX.so.1'"):
+        loader_stubs.make(root, Path(sys.executable), tmp_path / "stubs")
+    assert not (tmp_path / "stubs").exists()
