@@ -316,6 +316,22 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
     return cases
 
 
+def write_record(record: Path, commit: str, cases: list[Case], wheels: list[site_mod.Wheel], fastmace: list[Path],
+                 python: str, pins: pins_mod.Pins) -> run_records.RunRecord:
+    """The run's record (checks/run_records.py): each case's result, the sha256 of each OEq wheel a case's line
+    installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none from an
+    index), the torches, the venvs' CPython."""
+    used = [w.path for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
+                                          for c in cases)]
+    return run_records.write(
+        record, "make install-matrix " + " ".join(sys.argv[2:]), commit,
+        {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",
+         "python": pythons.find(python).full_version, "torch": ", ".join(sorted({c.torch for c in cases if c.torch}))},
+        used + fastmace, all(c.ok for c in cases),
+        {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok, "result": c.result}
+                   for c in cases]}, [])
+
+
 def run(outdir: Path, torches: list[str] | None, installers: list[str], python: str, keep: bool = False,
         from_index: str | None = None, arches: list[str] | None = None,
         emulated_pythons: list[str] | None = None, uv_cache: Path | None = None, plain: bool = True,
@@ -352,16 +368,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                 say(f"{case.label}: {case.result}")
     print(table(cases))
     if record:
-        used = [w for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
-                                         for c in cases)]
-        used += sorted(outdir.glob("*.whl")) if not from_index else []
-        run_records.write(record, "make install-matrix " + " ".join(sys.argv[2:]), commit,
-                          {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",
-                           "python": pythons.find(python).full_version,
-                           "torch": ", ".join(sorted({c.torch for c in cases if c.torch}))},
-                          used, all(c.ok for c in cases),
-                          {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok,
-                                      "result": c.result} for c in cases]}, [])
+        write_record(record, commit, cases, wheels, [] if from_index else sorted(outdir.glob("*.whl")), python, pins)
         say(f"wrote the run record {record}")
     if not all(c.ok for c in cases):
         raise OeqWheelsError(f"{sum(not c.ok for c in cases)} of {len(cases)} install cases failed")

@@ -97,3 +97,27 @@ def test_the_tables_load_stubs_are_read_back_exactly():
                f"2.15.0  cu130 py3.15  pip  OEq precompiled (ours); {installmatrix.WHOLE_SHOWN}  PASS\n"
                f"2.14.1  cu130 py3.14  pip  OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: none  PASS")
     assert installmatrix.stubs_shown(printed) == [["libcublasLt.so.13", "libcudnn.so.9"], [], []]
+
+
+def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
+    """`--record FILE`: the written record reads back with every case's result and the sha256 of each wheel the
+    cases' lines install (a wheel of a line no case ran is not named); one failed case makes the run not ok."""
+    import hashlib
+    from oeq_wheels.checks import run_records
+    from oeq_wheels.release.site import Wheel
+    pins = P.load()
+    cu13, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
+    wheels = []
+    for line in (cu13, cu12):
+        name = f"openequivariance-{line.version(pins.oeq.version)}-cp311-cp311-manylinux_2_28_x86_64.whl"
+        (tmp_path / name).write_bytes(name.encode())
+        wheels.append(Wheel(tmp_path / name, name, hashlib.sha256(name.encode()).hexdigest()))
+    ext = tmp_path / "fastmace_oeq_ext-0.7.0.post5-cp311-cp311-manylinux_2_28_x86_64.whl"
+    ext.write_bytes(b"ext")
+    cases = [installmatrix.Case(pins.matrix.torch_version, "pip", cu13), installmatrix.Case("9.9.9", "uv", cu13)]
+    cases[0].ok, cases[0].result, cases[1].result = True, "PASS", "FAIL: install failed"
+    rec = installmatrix.write_record(tmp_path / "r.json", "0" * 40, cases, wheels, [ext], "3.11", pins)
+    back = run_records.load(tmp_path / "r.json")
+    assert back.wheels == {wheels[0].name: wheels[0].sha256, ext.name: hashlib.sha256(b"ext").hexdigest()} == rec.wheels
+    assert back.ok is False and [c["result"] for c in back.results["cases"]] == ["PASS", "FAIL: install failed"]
+    assert back.machine["torch"] == f"{pins.matrix.torch_version}, 9.9.9"
