@@ -24,7 +24,8 @@ from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
 from oeq_wheels.checks import cleaninstall, hosts
-from oeq_wheels.checks.venvs import pip_env
+from oeq_wheels.checks.venvs import pip_env, site_packages
+from oeq_operators import LOADED
 
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them
@@ -40,14 +41,17 @@ def pip(venv, *args, path_prefix=None):
     return r
 
 
-def ask_fastmace(venv, sentinels, libcuda_stub, tmp_path):
+def ask_fastmace(venv, sentinels, libcuda_stub, tmp_path, probe=PROBE, **extra):
+    """FastMACE's answers (probe's FASTMACE line) with the sentinels first on PATH, CXX the g++ sentinel and
+    FASTMACE_OEQ_PREBUILT=1 (extra: other variables; None removes one); the sentinel log after it."""
     sbin, log = sentinels
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")}
     env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{env['PATH']}", FASTMACE_OEQ_PREBUILT="1",
                CXX=str(sbin / "g++"), OEQ_CUDA_DRIVER_LIBRARY=str(libcuda_stub / "libcuda.so.1"),
                LD_LIBRARY_PATH=str(libcuda_stub), TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"),
                FASTMACE_CACHE=str(tmp_path / "fastmace-cache"))
-    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", PROBE], capture_output=True, text=True,
+    env = {k: v for k, v in {**env, **extra}.items() if v is not None}
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", probe], capture_output=True, text=True,
                        env=env, cwd=str(tmp_path))
     lines = [l for l in r.stdout.splitlines() if l.startswith("FASTMACE ")]
     assert lines, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
@@ -132,6 +136,61 @@ def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq
     r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
                        env=env)
     assert "FastMACE" not in r.stdout
+
+
+# FastMACE's runtime as a run with the hybrid backend makes it: model loading's prepare_hybrid() (its in-process OEq
+# preparation), then the MACE import, which imports OpenEquivariance; the plan's extension record is kept on the way.
+BUILD_PROBE = r"""
+import json
+from fastmace.kernels import _oeq_runtime as rt
+from fastmace.model import loading
+pre = rt.prebuilt_extension()
+out = {"usable": pre.usable, "reason": pre.reason}
+prepare = rt.prepare_in_process
+def recorded(*args, **kwargs):
+    plan, handles = prepare(*args, **kwargs)
+    out["extension"] = plan.extension
+    return plan, handles
+rt.prepare_in_process = recorded
+out["record"] = loading.prepare_hybrid().detail
+import torch, openequivariance
+from openequivariance._torch import extlib
+out.update(built=extlib.BUILT_EXTENSION, error=str(extlib.BUILT_EXTENSION_ERROR or "") or None, ops={LOADED})
+print("FASTMACE " + json.dumps(out, default=str))
+""".replace("{LOADED}", LOADED)
+
+
+def test_fastmace_refuses_the_prebuilt_on_pypis_torch_and_builds_with_gxx_and_ninja(oeq_venv, oeq_stack, cache,
+                                                                                    sentinels, libcuda_stub, tmp_path):
+    """README's FastMACE row for PyPI's torch (X.Y.Z: the binary PyTorch's index serves as X.Y.Z+cu130), with PyPI's
+    OEq and our fastmace-oeq-ext: FastMACE (the pinned wheel) refuses the prebuilt in its own words, and where a user
+    runs it (FASTMACE_OEQ_PREBUILT unset) it builds OEq's host extension with g++ and ninja, in its child build and
+    again in the process. ninja is the venv's own (pip installs it with OEq; logged, then run); g++ and c++ are the
+    failing sentinels, CXX g++'s, so each build stops at its first compile: nothing is compiled."""
+    pins = P.load()
+    t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    pip(oeq_venv, "--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels))
+    sbin, log = sentinels
+    # ninja where pip installs it for a user, the venv's bin (the overlay venv leaves that binary out): logged first.
+    real = oeq_stack / "bin" / "ninja"
+    assert real.is_file()
+    (sbin / "ninja").write_text(f'#!/bin/sh\necho "ninja $*" >> "{log}"\nexec "{real}" "$@"\n')
+    out = ask_fastmace(oeq_venv, sentinels, libcuda_stub, tmp_path, probe=BUILD_PROBE, FASTMACE_OEQ_PREBUILT=None)
+    assert not out["usable"] and out["reason"] == f"fastmace-oeq-ext was built for torch {ct}, installed is {t}", out
+    ext = out["extension"]
+    assert ext["source"] == "in-process" and ext["prebuilt_skipped"] == out["reason"], ext  # not the prebuilt
+    assert "the build left no extension library" in ext["error"], ext  # its child build ran and failed
+    assert out["record"].endswith("; host extension: in-process"), out["record"]
+    assert out["built"] is False and "Error building extension 'libtorch_tp_jit'" in out["error"], out
+    assert out["ops"] == [], out
+    calls = out["sentinel_log"].splitlines()
+    source = site_packages(oeq_venv) / "openequivariance" / "extension" / "libtorch_tp_jit.cpp"
+    builds = [c for c in calls if c.startswith("ninja -v")]  # torch's JIT hands the build to ninja ...
+    compiles = [c for c in calls if c.startswith("g++ ") and f" -c {source} " in c]  # ... which runs g++ on OEq's source
+    assert len(builds) == 2 and len(compiles) == 2, calls  # the child build, then the process's own
+    assert "ninja --version" in calls and "g++ --version" in calls, calls  # torch's and FastMACE's looks at them
+    assert not [c for c in calls if c.split()[0] not in ("g++", "ninja")], calls  # no c++, no nvcc
 
 
 def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
