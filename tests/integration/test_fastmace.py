@@ -8,7 +8,8 @@ be reached here) and FastMACE (pinned by sha256 in pins.toml):
   served cu130 index, with every compiler a sentinel;
 each time FastMACE's prebuilt_extension() is usable, its prepare_in_process() then `import
 openequivariance` registers torch.ops.libtorch_tp_jit with nothing compiled, and its doctor's
-OpenEquivariance check prints the prebuilt line.
+OpenEquivariance check prints the prebuilt line. README's other two rows: PyPI's torch, where FastMACE refuses
+and builds with g++ and ninja; another torch, where pip refuses fastmace-oeq-ext.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from oeq_wheels.inputs import fetch
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
-from oeq_wheels.checks import cleaninstall, hosts
+from oeq_wheels.checks import cleaninstall, hosts, venvs
 from oeq_wheels.checks.venvs import pip_env, site_packages
 from oeq_operators import LOADED
 
@@ -191,6 +192,62 @@ def test_fastmace_refuses_the_prebuilt_on_pypis_torch_and_builds_with_gxx_and_ni
     assert len(builds) == 2 and len(compiles) == 2, calls  # the child build, then the process's own
     assert "ninja --version" in calls and "g++ --version" in calls, calls  # torch's and FastMACE's looks at them
     assert not [c for c in calls if c.split()[0] not in ("g++", "ninja")], calls  # no c++, no nvcc
+
+
+INSTALLED = ("import importlib.metadata as m, json; "
+             "print(json.dumps(sorted(d.metadata['Name'] + ' ' + d.version for d in m.distributions())))")
+
+
+def test_pip_refuses_fastmace_oeq_ext_where_another_torch_is_kept_and_would_otherwise_replace_that_torch(
+        torch_venv, cp311_wheel, post1_wheel, tmp_path):
+    """README's FastMACE row for another torch, through the served indexes: the cu130 site (our builds) and a PyPI
+    holding fastmace-oeq-ext's PyPI wheels, ours and the owner's post1 (every other project PyPI's own). README's
+    line, `pip install fastmace-oeq-ext --extra-index-url .../cu130/simple/`, with the installed torch kept by a
+    constraint (`-c` of `torch==X`, pip's way to keep a version): pip's resolver refuses, each fastmace-oeq-ext it
+    was offered named with its `torch==<the release's torch>`, and nothing in the venv changes. Without the
+    constraint pip would replace that torch by the release's (--dry-run: nothing installed).
+
+    The other torches are the cu130 line's floor and newest; the venv's torch says their version (installed_reversion,
+    as the consumer venv says PyTorch's index's): pip's resolver reads an installed torch's metadata, nothing else,
+    and no second torch stack is installed for it. The refusal fetches no torch; the dry run fetches the release's
+    torch wheel from the kept mirror (PyPI lists no core metadata for torch's wheels), once."""
+    pins = P.load()
+    line, ours = pins.oeq_binary, pins.matrix.torch_version
+    others = [line.tested_torch[0], line.tested_torch[-1]]
+    assert ours not in others
+    packages = tmp_path / "pypi"
+    packages.mkdir()
+    for whl in (cp311_wheel, post1_wheel):  # fastmace-oeq-ext on PyPI: ours (what the release uploads) and post1
+        (packages / whl.name).write_bytes(whl.read_bytes())
+    offered = [pins.for_variant(line.name).version, pins.version, pins.consumer.published.version]
+    root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
+    py = str(torch_venv / "bin" / "python")
+    installed = lambda: subprocess.run([py, "-c", INSTALLED], capture_output=True, text=True).stdout
+    with hosts.pypi_standin(packages, tmp_path / "pypi.log") as index, hosts.pages(root, "oeq-wheels") as base:
+        cmd = [py, "-m", "pip", "install", "--index-url", index, "--extra-index-url", f"{base}{line.name}/simple/"]
+        for other in others:
+            venvs.installed_reversion(site_packages(torch_venv), "torch", other)
+            before = installed()
+            assert f'"torch {other}"' in before, before
+            keep = tmp_path / f"keep-torch-{other}.txt"
+            keep.write_text(f"torch=={other}\n")
+            r = subprocess.run([*cmd, "-c", str(keep), pins.package_name], capture_output=True, text=True,
+                               env=pip_env())
+            said = r.stdout + r.stderr
+            assert r.returncode == 1 and "ResolutionImpossible" in said, said[-3000:]
+            assert f"The user requested (constraint) torch=={other}" in said, said[-3000:]
+            for version in offered:
+                assert f"{pins.package_name} {version} depends on torch=={ours}" in said, (version, said[-3000:])
+            assert "Downloading torch" not in said, said[-3000:]
+            assert installed() == before
+        # Without the constraint, pip's resolver takes the release's torch instead of the one installed.
+        report = tmp_path / "report.json"
+        r = subprocess.run([*cmd, "--dry-run", "--quiet", "--report", str(report), pins.package_name],
+                           capture_output=True, text=True, env=pip_env())
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        got = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+        assert got["torch"] == ours and got[pins.package_name] == offered[0], got
+        assert installed() == before
 
 
 def test_gate_refuses_what_fastmace_refuses(cp311_wheel):
