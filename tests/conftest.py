@@ -165,6 +165,18 @@ def cp311_oeq_cu12_wheel(cp311_wheel) -> Path:
 
 
 @pytest.fixture(scope="session")
+def oeq_ops(cache) -> list[str]:
+    """Every operator OEq registers under torch.ops.libtorch_tp_jit, read from the pinned sdist's C++ sources
+    (tests/oeq_operators.py): what a load must register, exactly."""
+    from oeq_wheels.inputs import fetch
+    import oeq_operators
+    pin = pins_mod.load().oeq
+    ops = oeq_operators.from_sdist(fetch.ensure([pin], cache)[pin.file])
+    assert ops, f"no {oeq_operators.NAMESPACE} operator found in {pin.file}'s sources"
+    return ops
+
+
+@pytest.fixture(scope="session")
 def torch_base(cache) -> Path:
     """The cached venv with the release matrix's torch for CPython 3.11; never installed into (see torch_venv)."""
     from oeq_wheels.checks import venvs
@@ -320,7 +332,7 @@ UNIT_TIER = REPO / "tests" / "unit"
 INTEGRATION_ONLY = {"cache", "cp311_wheel", "resumed_build", "cp311_oeq_wheel", "abi3_oeq_wheel", "cp311_oeq_aarch64_wheel",
                     "cp311_oeq_cu12_wheel", "torch_base", "torch_venv", "libcuda_stub", "oeq_stack", "oeq_venv",
                     "fastmace_base", "fastmace_venv", "cp311_plain_oeq", "post1_wheel", "post1_manifest", "post1_torch",
-                    "emulation"}
+                    "emulation", "oeq_ops"}
 OFFLINE = "the unit tier reaches no network (tests/unit); move this test to tests/integration"
 
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from conftest import run_cli
-from test_fastmace_rules import OPS, ask  # FastMACE's own calls, with and without the rules
+from test_fastmace_rules import ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, driver_stub, elf
 from oeq_wheels.checks import venvs
@@ -209,8 +209,9 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
     record_property("load stubs", stubs)
 
 
-def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, sentinels,
-                                                                  tmp_path, aarch64_uv_cache, record_property):
+def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp311_oeq_aarch64_wheel, oeq_ops,
+                                                                  sentinels, tmp_path, aarch64_uv_cache,
+                                                                  record_property):
     """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets:
     Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the cu130 line's floor,
     the pinned FastMACE and our aarch64 binary OEq, no fastmace-oeq-ext, no compiler. Today FastMACE
@@ -253,7 +254,7 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
     assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
     assert ours["module"] == str(extlib / f"oeq_stable_cuda.cpython-{python.replace('.', '')}-aarch64-linux-gnu.so"), ours
-    assert ours["ops"] == OPS, ours
+    assert ours["ops"] == oeq_ops, ours  # every operator OEq's sdist registers
     precompiled = f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'}); no compiler needed"
     assert ours["doctor_ok"] and precompiled in ours["doctor"].splitlines(), ours["doctor"]
     assert ours["cli_doctor"].startswith("[ ok ] OpenEquivariance") and precompiled in ours["cli_doctor"], ours

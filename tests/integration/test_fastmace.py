@@ -8,7 +8,8 @@ be reached here) and FastMACE (pinned by sha256 in pins.toml):
   served cu130 index, with every compiler a sentinel;
 each time FastMACE's prebuilt_extension() is usable, its prepare_in_process() then `import
 openequivariance` registers torch.ops.libtorch_tp_jit with nothing compiled, and its doctor's
-OpenEquivariance check prints the prebuilt line.
+OpenEquivariance check prints the prebuilt line. README's other two rows: PyPI's torch, where FastMACE refuses
+and builds with g++ and ninja; another torch, where pip refuses fastmace-oeq-ext.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from oeq_wheels.inputs import fetch
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
-from oeq_wheels.checks import cleaninstall, hosts
-from oeq_wheels.checks.venvs import pip_env
+from oeq_wheels.checks import cleaninstall, hosts, venvs
+from oeq_wheels.checks.venvs import pip_env, site_packages
+from oeq_operators import LOADED
 
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them
@@ -40,14 +42,17 @@ def pip(venv, *args, path_prefix=None):
     return r
 
 
-def ask_fastmace(venv, sentinels, libcuda_stub, tmp_path):
+def ask_fastmace(venv, sentinels, libcuda_stub, tmp_path, probe=PROBE, **extra):
+    """FastMACE's answers (probe's FASTMACE line) with the sentinels first on PATH, CXX the g++ sentinel and
+    FASTMACE_OEQ_PREBUILT=1 (extra: other variables; None removes one); the sentinel log after it."""
     sbin, log = sentinels
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "CC", "CXX")}
     env.update(PATH=f"{sbin}{os.pathsep}{venv / 'bin'}{os.pathsep}{env['PATH']}", FASTMACE_OEQ_PREBUILT="1",
                CXX=str(sbin / "g++"), OEQ_CUDA_DRIVER_LIBRARY=str(libcuda_stub / "libcuda.so.1"),
                LD_LIBRARY_PATH=str(libcuda_stub), TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"),
                FASTMACE_CACHE=str(tmp_path / "fastmace-cache"))
-    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", PROBE], capture_output=True, text=True,
+    env = {k: v for k, v in {**env, **extra}.items() if v is not None}
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", probe], capture_output=True, text=True,
                        env=env, cwd=str(tmp_path))
     lines = [l for l in r.stdout.splitlines() if l.startswith("FASTMACE ")]
     assert lines, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
@@ -132,6 +137,117 @@ def test_doctor_says_fastmace_refuses_pypis_torch_and_the_command_that_works(oeq
     r = subprocess.run([str(oeq_venv / "bin" / "python"), "-m", "fastmace_oeq_ext"], capture_output=True, text=True,
                        env=env)
     assert "FastMACE" not in r.stdout
+
+
+# FastMACE's runtime as a run with the hybrid backend makes it: model loading's prepare_hybrid() (its in-process OEq
+# preparation), then the MACE import, which imports OpenEquivariance; the plan's extension record is kept on the way.
+BUILD_PROBE = r"""
+import json
+from fastmace.kernels import _oeq_runtime as rt
+from fastmace.model import loading
+pre = rt.prebuilt_extension()
+out = {"usable": pre.usable, "reason": pre.reason}
+prepare = rt.prepare_in_process
+def recorded(*args, **kwargs):
+    plan, handles = prepare(*args, **kwargs)
+    out["extension"] = plan.extension
+    return plan, handles
+rt.prepare_in_process = recorded
+out["record"] = loading.prepare_hybrid().detail
+import torch, openequivariance
+from openequivariance._torch import extlib
+out.update(built=extlib.BUILT_EXTENSION, error=str(extlib.BUILT_EXTENSION_ERROR or "") or None, ops={LOADED})
+print("FASTMACE " + json.dumps(out, default=str))
+""".replace("{LOADED}", LOADED)
+
+
+def test_fastmace_refuses_the_prebuilt_on_pypis_torch_and_builds_with_gxx_and_ninja(oeq_venv, oeq_stack, cache,
+                                                                                    sentinels, libcuda_stub, tmp_path):
+    """README's FastMACE row for PyPI's torch (X.Y.Z: the binary PyTorch's index serves as X.Y.Z+cu130), with PyPI's
+    OEq and our fastmace-oeq-ext: FastMACE (the pinned wheel) refuses the prebuilt in its own words, and where a user
+    runs it (FASTMACE_OEQ_PREBUILT unset) it builds OEq's host extension with g++ and ninja, in its child build and
+    again in the process. ninja is the venv's own (pip installs it with OEq; logged, then run); g++ and c++ are the
+    failing sentinels, CXX g++'s, so each build stops at its first compile: nothing is compiled."""
+    pins = P.load()
+    t, ct = pins.matrix.torch_version, pins.matrix.consumer_torch
+    files = fetch.ensure(list(pins.consumer.wheels), cache)
+    pip(oeq_venv, "--no-deps", *(str(files[w.file]) for w in pins.consumer.wheels))
+    sbin, log = sentinels
+    # ninja where pip installs it for a user, the venv's bin (the overlay venv leaves that binary out): logged first.
+    real = oeq_stack / "bin" / "ninja"
+    assert real.is_file()
+    (sbin / "ninja").write_text(f'#!/bin/sh\necho "ninja $*" >> "{log}"\nexec "{real}" "$@"\n')
+    out = ask_fastmace(oeq_venv, sentinels, libcuda_stub, tmp_path, probe=BUILD_PROBE, FASTMACE_OEQ_PREBUILT=None)
+    assert not out["usable"] and out["reason"] == f"fastmace-oeq-ext was built for torch {ct}, installed is {t}", out
+    ext = out["extension"]
+    assert ext["source"] == "in-process" and ext["prebuilt_skipped"] == out["reason"], ext  # not the prebuilt
+    assert "the build left no extension library" in ext["error"], ext  # its child build ran and failed
+    assert out["record"].endswith("; host extension: in-process"), out["record"]
+    assert out["built"] is False and "Error building extension 'libtorch_tp_jit'" in out["error"], out
+    assert out["ops"] == [], out
+    calls = out["sentinel_log"].splitlines()
+    source = site_packages(oeq_venv) / "openequivariance" / "extension" / "libtorch_tp_jit.cpp"
+    builds = [c for c in calls if c.startswith("ninja -v")]  # torch's JIT hands the build to ninja ...
+    compiles = [c for c in calls if c.startswith("g++ ") and f" -c {source} " in c]  # ... which runs g++ on OEq's source
+    assert len(builds) == 2 and len(compiles) == 2, calls  # the child build, then the process's own
+    assert "ninja --version" in calls and "g++ --version" in calls, calls  # torch's and FastMACE's looks at them
+    assert not [c for c in calls if c.split()[0] not in ("g++", "ninja")], calls  # no c++, no nvcc
+
+
+INSTALLED = ("import importlib.metadata as m, json; "
+             "print(json.dumps(sorted(d.metadata['Name'] + ' ' + d.version for d in m.distributions())))")
+
+
+def test_pip_refuses_fastmace_oeq_ext_where_another_torch_is_kept_and_would_otherwise_replace_that_torch(
+        torch_venv, cp311_wheel, post1_wheel, tmp_path):
+    """README's FastMACE row for another torch, through the served indexes: the cu130 site (our builds) and a PyPI
+    holding fastmace-oeq-ext's PyPI wheels, ours and the owner's post1 (every other project PyPI's own). README's
+    line, `pip install fastmace-oeq-ext --extra-index-url .../cu130/simple/`, with the installed torch kept by a
+    constraint (`-c` of `torch==X`, pip's way to keep a version): pip's resolver refuses, each fastmace-oeq-ext it
+    was offered named with its `torch==<the release's torch>`, and nothing in the venv changes. Without the
+    constraint pip would replace that torch by the release's (--dry-run: nothing installed).
+
+    The other torches are the cu130 line's floor and newest; the venv's torch says their version (installed_reversion,
+    as the consumer venv says PyTorch's index's): pip's resolver reads an installed torch's metadata, nothing else,
+    and no second torch stack is installed for it. The refusal fetches no torch; the dry run fetches the release's
+    torch wheel from the kept mirror (PyPI lists no core metadata for torch's wheels), once."""
+    pins = P.load()
+    line, ours = pins.oeq_binary, pins.matrix.torch_version
+    others = [line.tested_torch[0], line.tested_torch[-1]]
+    assert ours not in others
+    packages = tmp_path / "pypi"
+    packages.mkdir()
+    for whl in (cp311_wheel, post1_wheel):  # fastmace-oeq-ext on PyPI: ours (what the release uploads) and post1
+        (packages / whl.name).write_bytes(whl.read_bytes())
+    offered = [pins.for_variant(line.name).version, pins.version, pins.consumer.published.version]
+    root = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(cp311_wheel.parent), pins), pins)
+    py = str(torch_venv / "bin" / "python")
+    installed = lambda: subprocess.run([py, "-c", INSTALLED], capture_output=True, text=True).stdout
+    with hosts.pypi_standin(packages, tmp_path / "pypi.log") as index, hosts.pages(root, "oeq-wheels") as base:
+        cmd = [py, "-m", "pip", "install", "--index-url", index, "--extra-index-url", f"{base}{line.name}/simple/"]
+        for other in others:
+            venvs.installed_reversion(site_packages(torch_venv), "torch", other)
+            before = installed()
+            assert f'"torch {other}"' in before, before
+            keep = tmp_path / f"keep-torch-{other}.txt"
+            keep.write_text(f"torch=={other}\n")
+            r = subprocess.run([*cmd, "-c", str(keep), pins.package_name], capture_output=True, text=True,
+                               env=pip_env())
+            said = r.stdout + r.stderr
+            assert r.returncode == 1 and "ResolutionImpossible" in said, said[-3000:]
+            assert f"The user requested (constraint) torch=={other}" in said, said[-3000:]
+            for version in offered:
+                assert f"{pins.package_name} {version} depends on torch=={ours}" in said, (version, said[-3000:])
+            assert "Downloading torch" not in said, said[-3000:]
+            assert installed() == before
+        # Without the constraint, pip's resolver takes the release's torch instead of the one installed.
+        report = tmp_path / "report.json"
+        r = subprocess.run([*cmd, "--dry-run", "--quiet", "--report", str(report), pins.package_name],
+                           capture_output=True, text=True, env=pip_env())
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        got = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+        assert got["torch"] == ours and got[pins.package_name] == offered[0], got
+        assert installed() == before
 
 
 def test_gate_refuses_what_fastmace_refuses(cp311_wheel):

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, oeq_wheel_of
+from oeq_operators import LOADED
 from oeq_wheels import driver_stub as libcuda, pins as P
 from oeq_wheels.checks import loader_stubs, venvs
 from oeq_wheels.files import default_cache
@@ -47,9 +48,10 @@ pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with t
 
 
 RULES_DIR = REPO / "contrib" / "fastmace"
-OPS = ["jit_conv_forward", "jit_tp_backward", "jit_tp_forward"]
 
-# FastMACE's own calls, in the order a FastMACE run makes them; OEQ_RULES=1 installs the rules first.
+# FastMACE's own calls, in the order a FastMACE run makes them; OEQ_RULES=1 installs the rules first. ops: every
+# operator the process then holds under torch.ops.libtorch_tp_jit (the tests hold it to the oeq_ops fixture, OEq's
+# sdist's).
 PROBE = r"""
 import json, os, sys, tempfile, importlib.metadata as md
 sys.path.insert(0, os.environ["OEQ_RULES_DIR"])
@@ -76,10 +78,9 @@ else:
     out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, precompiled=extlib.USE_PRECOMPILED_EXTENSION,
                built=extlib.BUILT_EXTENSION, error=str(extlib.BUILT_EXTENSION_ERROR or "") or None,
                module=getattr(extlib.extension_module, "__file__", None), so_path=openequivariance.torch_ext_so_path(),
-               ops=sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-                          if hasattr(torch.ops.libtorch_tp_jit, n)))
+               ops={LOADED})
 print("RULES " + json.dumps(out, default=str))
-"""
+""".replace("{LOADED}", LOADED)
 
 
 def torches() -> list[str]:
@@ -117,10 +118,9 @@ from openequivariance._torch import extlib
 print("OEQ " + json.dumps({"torch": torch.__version__, "precompiled": extlib.USE_PRECOMPILED_EXTENSION,
     "built": extlib.BUILT_EXTENSION, "error": str(extlib.BUILT_EXTENSION_ERROR or "") or None,
     "module": getattr(extlib.extension_module, "__file__", None),
-    "ops": sorted(n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-                  if hasattr(torch.ops.libtorch_tp_jit, n)),
+    "ops": {LOADED},
     "mapped": sorted({l.split()[-1] for l in open("/proc/self/maps") if "/lib" in l and ".so" in l})}))
-"""
+""".replace("{LOADED}", LOADED)
 
 
 @pytest.fixture(scope="session")
@@ -217,7 +217,7 @@ def oeq_item(doctor_out: str) -> str:
 
 
 def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel, post1_torch, cp311_plain_oeq,
-                                                                     sentinels, tmp_path, record_property):
+                                                                     oeq_ops, sentinels, tmp_path, record_property):
     """`pip install "fastmace[oeq]"` with nothing first: PyPI's torch, PyPI's OEq and the owner's published
     fastmace-oeq-ext (post1, built for PyTorch's index's torch). Today refused; with the rules the prebuilt, unbuilt."""
     pins = P.load()
@@ -237,7 +237,7 @@ def test_pypi_torch_and_fastmace_oeq_ext_from_pypi_get_the_prebuilt(post1_wheel,
     assert ours["usable"] and ours["reason"] is None, ours
     assert ours["extension"]["source"] == "prebuilt" and ours["extension"]["version"] == pins.consumer.published.version, ours
     assert ours["module"] == str(site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"), ours
-    assert ours["ops"] == OPS and ours["built"] is True and ours["precompiled"] is False, ours
+    assert ours["ops"] == oeq_ops and ours["built"] is True and ours["precompiled"] is False, ours
     assert ours["env_jit"] == "1"  # PyPI's OEq has no precompiled extension: FastMACE's JIT route, its prebuilt
     line = (f"host extension: prebuilt (fastmace-oeq-ext {pins.consumer.published.version}, "
             f"{site / 'fastmace_oeq_ext' / 'libtorch_tp_jit.so'}); no compiler needed")
@@ -287,7 +287,7 @@ def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_manifest, post1_
 
 
 @pytest.mark.parametrize("torch", torches())
-def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, sentinels, tmp_path,
+def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, oeq_ops, sentinels, tmp_path,
                                                                  record_property):
     """torch X from PyPI + our binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses (it forces
     OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
@@ -311,7 +311,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
     assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
     assert Path(ours["module"]).parent == extlib and Path(ours["module"]).name.startswith("oeq_stable_cuda"), ours
-    assert ours["so_path"] == str(extlib / "liboeq_stable_cuda_aoti.so") and ours["ops"] == OPS, ours
+    assert ours["so_path"] == str(extlib / "liboeq_stable_cuda_aoti.so") and ours["ops"] == oeq_ops, ours
     precompiled = f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'}); no compiler needed"
     assert ours["doctor_ok"] and precompiled in ours["doctor"].splitlines(), ours["doctor"]
     assert ours["cli_doctor"].startswith("[ ok ] OpenEquivariance") and precompiled in ours["cli_doctor"], ours
@@ -336,7 +336,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
 
 def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel, post1_torch,
                                                                               cp311_plain_oeq, cu130_oeq, cu130_ext,
-                                                                              sentinels, tmp_path):
+                                                                              oeq_ops, sentinels, tmp_path):
     """The matrix's torch as FastMACE's README installs it (PyTorch's index): where FastMACE takes a prebuilt today (post1 beside
     PyPI's OEq, where that torch is post1's; ours beside our binary OEq), the rules take the same one; our binary OEq
     alone: OEq's own."""
@@ -354,7 +354,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
             got = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=rules)
             assert got["torch_distribution"] == pins.matrix.consumer_torch, got
             assert got["usable"] and got["extension"]["source"] == "prebuilt", (rules, got)
-            assert got["extension"]["version"] == version and got["module"] == str(lib) and got["ops"] == OPS, got
+            assert got["extension"]["version"] == version and got["module"] == str(lib) and got["ops"] == oeq_ops, got
             assert f"host extension: prebuilt (fastmace-oeq-ext {version}, {lib}); no compiler needed" in got["cli_doctor"]
             assert got["sentinel_log"] == ""
     reinstall(fastmace_venv, cu130_oeq)
@@ -365,13 +365,13 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
                                        "installed"), today
     ours = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=True)
     assert ours["extension"]["source"] == "oeq-precompiled" and ours["env_jit"] is None, ours
-    assert ours["precompiled"] and ours["built"] and Path(ours["module"]).parent == extlib and ours["ops"] == OPS, ours
+    assert ours["precompiled"] and ours["built"] and Path(ours["module"]).parent == extlib and ours["ops"] == oeq_ops, ours
     assert f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'})" in ours["cli_doctor"]
     assert today["sentinel_log"] == "" and ours["sentinel_log"] == ""
 
 
-def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, sentinels,
-                                                                                  tmp_path, record_property):
+def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, oeq_ops,
+                                                                                  sentinels, tmp_path, record_property):
     """PyPI's torch of the cu128 line (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
     refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
     same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
@@ -409,7 +409,7 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     loaded = json.loads(lines[-1][4:])
     assert loaded["torch"] == f"{torch}+cu{cu12.cuda.replace('.', '')}", loaded
     assert loaded["precompiled"] is True and loaded["built"] is True and loaded["error"] is None, loaded
-    assert Path(loaded["module"]).parent == extlib and loaded["ops"] == OPS, loaded
+    assert Path(loaded["module"]).parent == extlib and loaded["ops"] == oeq_ops, loaded
     # The loader's own account (/proc/self/maps): CUDA 12's cudart, NVRTC and cuBLAS are the real ones, from
     # NVIDIA's cu12 wheels in the venv; the stubs it mapped are only those made for what the venv lacks.
     nvidia = os.path.realpath(site_of(venv) / "nvidia")

@@ -6,6 +6,7 @@ import zipfile
 
 
 from conftest import RUNTIME, run_cli
+from oeq_operators import LOADED
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import pins as P, elf
 from oeq_wheels.inputs import unpack
@@ -94,7 +95,8 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
 
 def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
     """OEq from `wheel` (first on PYTHONPATH) in a venv of the matrix's torch (CPU, stub libcuda), compilers replaced by
-    sentinels: activate(), import OEq's extlib, then the doctor. Returns (result, doctor)."""
+    sentinels: activate(), import OEq's extlib, then the doctor. Returns (result, doctor); result's ops: every
+    operator the process then holds under torch.ops.libtorch_tp_jit."""
     sbin, log = sentinels
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as zf:
@@ -111,7 +113,7 @@ def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
             "print('R ' + json.dumps({'torch': torch.__version__, 'pre': extlib.USE_PRECOMPILED_EXTENSION,"
             " 'built': extlib.BUILT_EXTENSION, 'error': str(extlib.BUILT_EXTENSION_ERROR),"
             " 'file': getattr(extlib.extension_module, '__file__', None), 'status': st,"
-            " 'ops': hasattr(torch.ops.libtorch_tp_jit, 'jit_conv_forward')}))")
+            f" 'ops': {LOADED}}}))")
     r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", code], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     res = json.loads([l for l in r.stdout.splitlines() if l.startswith("R ")][-1][2:]) if "R " in r.stdout else None
@@ -122,12 +124,14 @@ def run_in_torch_venv(wheel, venv, sentinels, tmp_path):
     return res, d, site
 
 
-def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path):
-    """Built against the line's floor torch's headers, loaded by OEq into the matrix's newer torch (CPU, stub libcuda).
+def test_oeq_loads_it_into_newer_torch_without_any_compiler(cp311_oeq_wheel, oeq_venv, oeq_ops, sentinels, tmp_path):
+    """Built against the line's floor torch's headers, loaded by OEq into the matrix's newer torch (CPU, stub libcuda),
+    with every operator OEq's sdist registers (and no other).
 
     The venv brings torch and OEq's dependencies; the binary wheel's files come first on PYTHONPATH."""
     res, d, site = run_in_torch_venv(cp311_oeq_wheel, oeq_venv, sentinels, tmp_path)
-    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and res["built"] and res["ops"]
+    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and res["built"]
+    assert res["ops"] == oeq_ops, res["ops"]
     assert res["file"].startswith(str(site)) and res["status"]["state"] == "oeq-precompiled"
     assert d.returncode == 0 and d.stdout.startswith(
         f"host extension: OpenEquivariance precompiled ({site / EXTLIB}/oeq_stable_cuda."), d.stdout
@@ -139,7 +143,8 @@ def test_the_cuda12_line_beside_a_cuda13_torch_is_refused_in_one_line(cp311_oeq_
     """The mix a user gets from the wrong index: OEq tries the library, cannot load it, builds nothing; the
     runtime and the doctor say why in one line, with the command that installs the right line."""
     res, d, _site = run_in_torch_venv(cp311_oeq_cu12_wheel, oeq_venv, sentinels, tmp_path)
-    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and not res["built"] and not res["ops"]
+    assert res["torch"].startswith(P.load().matrix.torch_version) and res["pre"] and not res["built"]
+    assert res["ops"] == [], res["ops"]  # not one operator registered
     assert "libcudart.so.12" in res["error"]  # OEq's own message: the CUDA 12 runtime is not there
     why = res["status"]["error"]
     cu12 = P.load().oeq_line("cu128")
