@@ -92,10 +92,10 @@ def test_the_stub_driver_joins_the_loader_path_instead_of_replacing_it(monkeypat
 
 def test_the_tables_load_stubs_are_read_back_exactly():
     """Each stand-in case prints its exact load stubs; a case with NVIDIA's wheels whole prints that instead."""
-    printed = (f"2.15.0  cu130 py3.14  uv   OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: "
+    printed = (f"9.2.0  cu130 py3.14  uv   OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: "
                f"libcublasLt.so.13, libcudnn.so.9  PASS\n"
-               f"2.15.0  cu130 py3.15  pip  OEq precompiled (ours); {installmatrix.WHOLE_SHOWN}  PASS\n"
-               f"2.14.1  cu130 py3.14  pip  OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: none  PASS")
+               f"9.2.0  cu130 py3.15  pip  OEq precompiled (ours); {installmatrix.WHOLE_SHOWN}  PASS\n"
+               f"9.1.0  cu130 py3.14  pip  OEq precompiled (ours); NVIDIA's wheels stand-ins, load stubs: none  PASS")
     assert installmatrix.stubs_shown(printed) == [["libcublasLt.so.13", "libcudnn.so.9"], [], []]
 
 
@@ -112,7 +112,7 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
         name = f"openequivariance-{line.version(pins.oeq.version)}-cp311-cp311-manylinux_2_28_x86_64.whl"
         (tmp_path / name).write_bytes(name.encode())
         wheels.append(Wheel(tmp_path / name, name, hashlib.sha256(name.encode()).hexdigest()))
-    ext = tmp_path / "fastmace_oeq_ext-0.7.0.post5-cp311-cp311-manylinux_2_28_x86_64.whl"
+    ext = tmp_path / "fastmace_oeq_ext-9.0.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     ext.write_bytes(b"ext")
     cases = [installmatrix.Case(pins.matrix.torch_version, "pip", cu13), installmatrix.Case("9.9.9", "uv", cu13)]
     cases[0].ok, cases[0].result, cases[1].result = True, "PASS", "FAIL: install failed"
