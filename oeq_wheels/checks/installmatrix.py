@@ -318,11 +318,11 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 
 def write_record(record: Path, commit: str, cases: list[Case], wheels: list[site_mod.Wheel], fastmace: list[Path],
                  python: str, pins: pins_mod.Pins) -> run_records.RunRecord:
-    """The run's record (checks/run_records.py): each case's result, the sha256 of each OEq wheel a case's line
-    installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none from an
+    """The run's record (checks/run_records.py): each case's result, the sha256 of each OEq wheel a case's line and
+    architecture installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none from an
     index), the torches, the venvs' CPython."""
     used = [w.path for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
-                                          for c in cases)]
+                                          and wheel_arch(w.name) == c.line.arch.name for c in cases)]
     return run_records.write(
         record, "make install-matrix " + " ".join(sys.argv[2:]), commit,
         {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",

@@ -101,7 +101,8 @@ def test_the_tables_load_stubs_are_read_back_exactly():
 
 def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
     """`--record FILE`: the written record reads back with every case's result and the sha256 of each wheel the
-    cases' lines install (a wheel of a line no case ran is not named); one failed case makes the run not ok."""
+    cases' lines install (a wheel of a line or architecture no case ran is not named); one failed case makes the
+    run not ok."""
     import hashlib
     from oeq_wheels.checks import run_records
     from oeq_wheels.release.site import Wheel
@@ -112,6 +113,9 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
         name = f"openequivariance-{line.version(pins.oeq.version)}-cp311-cp311-manylinux_2_28_x86_64.whl"
         (tmp_path / name).write_bytes(name.encode())
         wheels.append(Wheel(tmp_path / name, name, hashlib.sha256(name.encode()).hexdigest()))
+    arm = wheels[0].name.replace("x86_64", "aarch64")  # served, but no case here is of that architecture
+    (tmp_path / arm).write_bytes(b"arm")
+    wheels.append(Wheel(tmp_path / arm, arm, hashlib.sha256(b"arm").hexdigest()))
     ext = tmp_path / "fastmace_oeq_ext-9.0.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     ext.write_bytes(b"ext")
     cases = [installmatrix.Case(pins.matrix.torch_version, "pip", cu13), installmatrix.Case("9.9.9", "uv", cu13)]
