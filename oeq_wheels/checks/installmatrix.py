@@ -266,15 +266,16 @@ def manylinux_tags(target: str) -> list[str]:
     return [f"manylinux_{major}_{m}_{arch}" for m in range(int(minor), 16, -1)] + [f"manylinux2014_{arch}"]
 
 
-STANDINS_SHOWN = re.compile(r"NVIDIA's wheels stand-ins, load stubs: (none|lib[\w.+-]+(?:, lib[\w.+-]+)*)")
 WHOLE_SHOWN = "NVIDIA's wheels whole, no load stubs"
+# What run_case appends to a stand-in case's path: its load stubs by soname ("none" for none), or WHOLE_SHOWN.
+STUBS_SHOWN = re.compile(r"NVIDIA's wheels stand-ins, load stubs: (none|lib[\w.+-]+(?:, lib[\w.+-]+)*)|"
+                         + re.escape(WHOLE_SHOWN))
 
 
 def stubs_shown(printed: str) -> list[list[str]]:
     """Each stand-in case's load stubs as the table printed them (its exact sonames; [] for a case run with
     NVIDIA's wheels whole, the stronger run): for a caller that reads the table, as the tests do."""
-    return [m.group(1).split(", ") if m.group(1) not in (None, "none") else [] for m in
-            re.finditer(STANDINS_SHOWN.pattern + "|" + re.escape(WHOLE_SHOWN), printed)]
+    return [m.group(1).split(", ") if m.group(1) not in (None, "none") else [] for m in STUBS_SHOWN.finditer(printed)]
 
 
 def table(cases: list[Case]) -> str:
@@ -319,8 +320,8 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
 def write_record(record: Path, commit: str, cases: list[Case], wheels: list[site_mod.Wheel], fastmace: list[Path],
                  python: str, pins: pins_mod.Pins) -> run_records.RunRecord:
     """The run's record (checks/run_records.py): each case's result, the sha256 of each OEq wheel a case's line and
-    architecture installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none from an
-    index), the torches, the venvs' CPython."""
+    architecture installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none
+    from an index), the torches, the venvs' CPython."""
     used = [w.path for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
                                           and wheel_arch(w.name) == c.line.arch.name for c in cases)]
     return run_records.write(

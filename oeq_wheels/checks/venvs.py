@@ -247,10 +247,10 @@ def pypi_torch_venv(pins: Pins, cache: Path, torch_version: str, version: str = 
 
     transient: a folder that then holds the venv and uv's cache of its wheels, both the caller's to delete: for a
     torch only one test uses (each is ~5 GB; kept, five of them would be 20 GB of disk for seconds of install).
-    whole=False: torch and its other requirements, of NVIDIA's wheels only those OEq's extension NEEDS
-    (cudart, NVRTC, cuBLAS of the torch's CUDA line; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest, about 2 GB,
-    neither fetched nor held), without Triton (~0.2 GB), for a check that loads torch's CUDA libraries and calls none
-    of them and compiles nothing: loader_stubs stands in for the missing libraries (load_only_requirements)."""
+    whole=False: torch and its other requirements, of NVIDIA's wheels only those OEq's extension NEEDS (cudart,
+    NVRTC, cuBLAS of the torch's CUDA line; cuDNN, NCCL, cuSPARSE(Lt), cuFFT, cuSOLVER, cuRAND, NVSHMEM and the rest,
+    about 2 GB, neither fetched nor held), without Triton (~0.2 GB), for a check that loads torch's CUDA libraries and
+    calls none of them and compiles nothing: loader_stubs stands in for the missing libraries (load_only_requirements)."""
     import sys
     interp = pythons.find(version)
     lock_key = sha256_file(CONSUMER_LOCK)[:12]
