@@ -21,7 +21,7 @@ from fastmace_oeq_ext.manifest import Input, Manifest
 from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
 
 from . import buildroot, pins as pins_mod, driver_stub, elf, gate_common, tags
-from .inputs import fetch, unpack, pythons
+from .inputs import fetch, freethreaded, unpack, pythons
 from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
 from .ext.gate import verify_wheel
@@ -89,11 +89,13 @@ class LineBuild:
     def who(self) -> str:
         return f"oeq-{self.line.key}"
 
-    def recipe(self, python_include: str | None = None, limited_api: bool = False) -> stable.Recipe:
+    def recipe(self, python_include: str | None = None, limited_api: bool = False,
+               free_threaded: bool = False) -> stable.Recipe:
         ob = self.line
         return stable.Recipe(self.trees, tags.manylinux_version(ob.arch.platform_tag) < (2, 32),
                              python_include=python_include, torch_label=f"torch-{ob.torch.version}",
-                             tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api)
+                             tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api,
+                             free_threaded=free_threaded)
 
 
 def entry(pin: pins_mod.Pinned) -> Input:
@@ -232,6 +234,7 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
     """One line's binary openequivariance wheel for one Python: its stable extension, built once for every
     torch of the line's CUDA major; the stable-ABI build (the line's abi3 CPython) serves every later CPython too."""
     p, ob, tag = sh.pins, lb.line, interp.cp_tag
+    py_tag = pins_mod.interpreter_tag(interp.version)  # cp314 for 3.14t too: the ABI tag says free-threaded
     abi3 = ob.is_abi3(interp.version)
     who = f"{lb.who}-{tag}" + ("-abi3" if abi3 else "")
     timings: dict = {}
@@ -241,7 +244,8 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
         # CPython's headers are the same on every 64-bit Linux architecture but pyconfig.h's few
         # machine-specific macros (x87/x64 assembler probes), which nanobind does not read: this
         # host's CPython serves a cross build (release.yml compares a native aarch64 build's checks).
-        recipe = lb.recipe(python_include=os.path.realpath(interp.include), limited_api=abi3)
+        recipe = lb.recipe(python_include=os.path.realpath(interp.include), limited_api=abi3,
+                           free_threaded=ob.free_threaded(interp.version))
         with Stage(who, "compile", timings) as st:
             with ThreadPoolExecutor(4) as pool:
                 objs = stable.compile_all(recipe, lb.objects, pool, python=True)
@@ -256,19 +260,21 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
                                         sh.verdicts, ob.arch.platform_tag)
         record = OeqBuild(
             package="openequivariance", version=version, oeq_sdist=entry(p.oeq), torch_min=ob.torch_min,
-            cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=tag, platform_tag=platform,
+            cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=py_tag, platform_tag=platform,
             files=tuple(FileHash(f"{oeqpy.EXTLIB}/{n}", sha256_file(f)) for n, f in sorted(libs.items())),
             cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=lb.toolchain.version)
         with Stage(who, "wheel", timings):
             staged = oeqpy.stage(p, sh.oeq_root, tmp / "stage", version=version,
-                                 tag=wheelfile.wheel_tag(tag, platform, ob.abi_tag(interp.version)), purelib=False,
+                                 tag=wheelfile.wheel_tag(py_tag, platform, ob.abi_tag(interp.version)), purelib=False,
                                  extlib_files=libs,
                                  build_record=record.to_json())
             whl = wheelfile.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
                                                    memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
         return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
-                                 "stable ABI" + (", abi3audit" if abi3 else ""), outdir, force, platform, timings,
+                                 "stable ABI" + (", abi3audit" if abi3 else "")
+                                 + (", free-threaded" if ob.free_threaded(interp.version) else ""),
+                                 outdir, force, platform, timings,
                                  interp)
 
 
@@ -420,7 +426,11 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     # fastmace-oeq-ext is x86_64 only (FastMACE 1.0.0 limits it by marker and by its platform check).
     ext_wanted = ext_wanted if pins.ext_arch.name in toolchains else []
     oeq_lines = [l for l in pins.oeq_lines if l.arch.name in toolchains]
-    interps = pythons_with_headers(pins, pythons.find_all(wanted), cache, toolchain)
+    # A free-threaded CPython's headers come from its pinned source (configured here once), the others' from the
+    # CPython found on this machine.
+    found = pythons.find_all([v for v in wanted if not pins_mod.free_threaded(v)])
+    found.update({v: freethreaded.headers(pins.freethreaded[v], cache, say) for v in wanted if pins_mod.free_threaded(v)})
+    interps = pythons_with_headers(pins, found, cache, toolchain)
     toolchain = toolchains.get(pins.ext_arch.name) or next(iter(toolchains.values()))
     jobs = jobs or os.cpu_count() or 1
     lines = ", ".join(dict.fromkeys(l.version(pins.oeq.version) for l in oeq_lines))

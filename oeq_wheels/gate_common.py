@@ -216,10 +216,12 @@ def open_wheel(wheel: Path, v: Verdict):
 
 
 def python_of(tag) -> str | None:
-    """'3.11' for a cp311-cp311 wheel tag, '3.12' for cp312-abi3 (the oldest CPython it serves); None for any other
-    interpreter or ABI."""
+    """'3.11' for a cp311-cp311 wheel tag, '3.12' for cp312-abi3 (the oldest CPython it serves), '3.14t' for
+    cp314-cp314t (free-threaded); None for any other interpreter or ABI."""
     cp = tag.interpreter
-    return f"{cp[2]}.{cp[3:]}" if re.fullmatch(r"cp3\d+", cp) and tag.abi in (cp, "abi3") else None
+    if not re.fullmatch(r"cp3\d+", cp) or tag.abi not in (cp, "abi3", cp + "t"):
+        return None
+    return f"{cp[2]}.{cp[3:]}" + ("t" if tag.abi == cp + "t" else "")
 
 
 def accounted(v: Verdict, names: set[str], expected: set[str]) -> None:

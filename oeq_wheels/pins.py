@@ -130,12 +130,15 @@ class OeqLine:
         """This build's name in logs and failures: the line and the architecture (cu130-aarch64)."""
         return f"{self.name}-{self.arch.name}"
 
+    def free_threaded(self, python_version: str) -> bool:
+        return free_threaded(python_version)
+
     def is_abi3(self, python_version: str) -> bool:
         """Whether this CPython's build is the stable-ABI one (nanobind's STABLE_ABI: Py_LIMITED_API 3.12)."""
         return python_version == self.abi3
 
     def abi_tag(self, python_version: str) -> str:
-        """The wheel's ABI tag for this CPython's build: abi3, or cpXY."""
+        """The wheel's ABI tag for this CPython's build: abi3, cpXY, or cpXYt (free-threaded)."""
         return "abi3" if self.is_abi3(python_version) else cp_tag(python_version)
 
     def ext_suffix(self, python_version: str) -> str:
@@ -146,9 +149,12 @@ class OeqLine:
         return f".cpython-{python_version.replace('.', '')}-{self.arch.triplet}.so"
 
     def serves(self, python_version: str) -> bool:
-        """Whether one of this line's wheels installs on this CPython (its own build, or the stable-ABI one)."""
-        v = tuple(map(int, python_version.split(".")))
-        return python_version in self.pythons or (self.abi3 is not None and v >= tuple(map(int, self.abi3.split("."))))
+        """Whether one of this line's wheels installs on this CPython (its own build, or the stable-ABI one, which a
+        free-threaded CPython does not load: abi3 is the GIL builds' stable ABI)."""
+        if python_version in self.pythons:
+            return True
+        return self.abi3 is not None and not free_threaded(python_version) and \
+            python_key(python_version) >= python_key(self.abi3)
 
     def version(self, oeq_version: str) -> str:
         return f"{oeq_version}+{self.local_version}"
@@ -182,6 +188,15 @@ class Consumer:
 
 
 @dataclass(frozen=True)
+class FreeThreaded:
+    """A free-threaded CPython ([freethreaded."X.Yt"]): its pinned source, built here (inputs/freethreaded.py)."""
+
+    version: str              # "3.14t"
+    source: Pinned            # the CPython release's source tarball, fetched from its url
+    torch: tuple[str, ...]    # PyPI's torch releases with a cpXYt wheel that the install matrix proves it on
+
+
+@dataclass(frozen=True)
 class Pins:
     package_name: str
     import_name: str
@@ -205,6 +220,7 @@ class Pins:
     arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
     upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
     toolchain: "buildroot.Pins | None" = None  # [toolchain]: the build root's Debian packages
+    freethreaded: dict[str, FreeThreaded] = dataclasses.field(default_factory=dict)  # [freethreaded."X.Yt"]
 
     def for_variant(self, variant: str) -> "ExtVariant":
         """The fastmace-oeq-ext build of these pins that names one OpenEquivariance ("pypi" or a line's)."""
@@ -247,7 +263,7 @@ class Pins:
     def pythons(self) -> tuple[str, ...]:
         """Every CPython either package is built for."""
         every = {*self.matrix.pythons, *(v for l in self.oeq_lines for v in l.pythons)}
-        return tuple(sorted(every, key=lambda v: tuple(int(x) for x in v.split("."))))
+        return tuple(sorted(every, key=python_key))
 
     @property
     def site_url(self) -> str:
@@ -341,9 +357,26 @@ def runpath(depth: int, cuda_major: str) -> str:
 
 
 def cp_tag(version: str) -> str:
-    """'3.12' -> 'cp312': the one place a CPython tag is made."""
+    """'3.12' -> 'cp312', '3.14t' -> 'cp314t' (a free-threaded CPython's ABI tag): the one place a CPython tag is
+    made."""
     major, minor = version.split(".")
     return f"cp{major}{minor}"
+
+
+def interpreter_tag(version: str) -> str:
+    """A wheel's interpreter tag: 'cp314' for 3.14 and 3.14t alike (the ABI tag, cp_tag, tells them apart)."""
+    return cp_tag(version.removesuffix("t"))
+
+
+def free_threaded(version: str) -> bool:
+    """'3.14t': a free-threaded CPython (PEP 703: built with --disable-gil, ABI tag cp314t)."""
+    return version.endswith("t")
+
+
+def python_key(version: str) -> tuple[int, int, int]:
+    """Sorting order of CPython versions: 3.10 < 3.14 < 3.14t < 3.15."""
+    major, minor = version.removesuffix("t").split(".")
+    return int(major), int(minor), int(free_threaded(version))
 
 
 def _pinned(name: str, version: str, entry: dict, data: dict | None = None) -> Pinned:
@@ -437,9 +470,14 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     nanobind = Pinned("nanobind", nb["version"], nb["file"], nb["sha256"])
     arches = _arches(data)
     abi3 = ob.get("abi3")
-    if abi3 is not None and (abi3 != ob["pythons"][-1] or tuple(map(int, abi3.split("."))) < (3, 12)):
-        raise PinsError(f"[oeq_binary] abi3 = {abi3!r}: the stable-ABI build must be the last of its pythons "
-                        f"({', '.join(ob['pythons'])}), 3.12 or later (nanobind's linked stable ABI needs 3.12)")
+    gil = [v for v in ob["pythons"] if not free_threaded(v)]
+    if abi3 is not None and (abi3 != gil[-1] or python_key(abi3) < (3, 12, 0)):
+        raise PinsError(f"[oeq_binary] abi3 = {abi3!r}: the stable-ABI build must be the last of its GIL pythons "
+                        f"({', '.join(gil)}), 3.12 or later (nanobind's linked stable ABI needs 3.12)")
+    unbuilt = [v for v in ob["pythons"] if free_threaded(v) and v not in (data.get("freethreaded") or {})]
+    if unbuilt:
+        raise PinsError(f"[oeq_binary] pythons names free-threaded CPython {', '.join(unbuilt)}, which pins.toml "
+                        "does not pin the source of ([freethreaded.\"X.Yt\"])")
     lines = []
     for line_name, ln in ob["lines"].items():
         where = f"[oeq_binary.lines.{line_name}]"
@@ -484,6 +522,8 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         arches=arches,
         upstream=upstream,
         toolchain=buildroot.load(data),
+        freethreaded={v: FreeThreaded(v, Pinned("cpython", f["version"], f["file"], f["sha256"], url=f["url"]),
+                                      tuple(f["torch"])) for v, f in data.get("freethreaded", {}).items()},
     )
 
 

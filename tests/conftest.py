@@ -153,6 +153,16 @@ def abi3_oeq_wheel(tmp_path_factory, cache) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ft_oeq_wheel(tmp_path_factory, cache) -> Path:
+    """The CUDA 13 line's free-threaded x86_64 wheel (cp314-cp314t), the cu128 line's beside it."""
+    out = tmp_path_factory.mktemp("ft") / "dist"
+    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
+        rows, failures = build.run(out, ["3.14t"], cache=cache, arches=["x86_64"])
+    assert not failures, failures
+    return oeq_wheel_of(out, "cu130")
+
+
+@pytest.fixture(scope="session")
 def cp311_oeq_aarch64_wheel(cp311_wheel) -> Path:
     """The CUDA 13 line's aarch64 wheel for CPython 3.11, cross-compiled beside cp311_wheel."""
     return oeq_wheel_of(cp311_wheel.parent, "cu130", "aarch64")
@@ -329,7 +339,8 @@ def unit_of(nodeid: str) -> str:
 # reaches no network: its tests may not ask for these fixtures (collection fails naming the test), and each runs
 # with connections off loopback refused and a dead proxy for the programs it starts.
 UNIT_TIER = REPO / "tests" / "unit"
-INTEGRATION_ONLY = {"cache", "cp311_wheel", "resumed_build", "cp311_oeq_wheel", "abi3_oeq_wheel", "cp311_oeq_aarch64_wheel",
+INTEGRATION_ONLY = {"cache", "cp311_wheel", "resumed_build", "cp311_oeq_wheel", "abi3_oeq_wheel", "ft_oeq_wheel",
+                    "cp311_oeq_aarch64_wheel",
                     "cp311_oeq_cu12_wheel", "torch_base", "torch_venv", "libcuda_stub", "oeq_stack", "oeq_venv",
                     "fastmace_base", "fastmace_venv", "cp311_plain_oeq", "post1_wheel", "post1_manifest", "post1_torch",
                     "emulation", "oeq_ops"}

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import pins as pins_mod, proc, driver_stub
-from ..inputs import pythons
+from ..inputs import freethreaded, pythons
 from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
@@ -48,11 +48,13 @@ from .cleaninstall import has_gpu
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
 
 CHECK = r"""
-import json, importlib.metadata as md, platform
+import json, importlib.metadata as md, platform, sys, sysconfig
+gil = getattr(sys, "_is_gil_enabled", lambda: True)
 import torch
-out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+       "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")), "gil_after_torch": gil()}
 from openequivariance._torch import extlib
-out.update(precompiled=extlib.USE_PRECOMPILED_EXTENSION, built=extlib.BUILT_EXTENSION,
+out.update(gil_after_oeq=gil(), precompiled=extlib.USE_PRECOMPILED_EXTENSION, built=extlib.BUILT_EXTENSION,
            error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
            module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
            ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
@@ -68,7 +70,8 @@ class Case:
     line: pins_mod.OeqLine      # the line whose index the install is given
     mix: bool = False           # torch of another CUDA major: a refusal is the pass
     python: str = ""            # the CPython X.Y of a Debian root file system (another architecture's, emulated; or
-                                # this host's, natively: a CPython no build here has), else this host's
+                                # this host's, natively: a CPython no build here has), X.Yt a free-threaded CPython
+                                # built here (inputs/freethreaded.py), else this host's
     path: str = "-"
     result: str = "not run"
     ok: bool = False
@@ -79,14 +82,20 @@ class Case:
         return self.line.arch.name != host_arch()
 
     @property
+    def free_threaded(self) -> bool:
+        """A free-threaded CPython built here, on this host (pip and uv in a venv of it)."""
+        return pins_mod.free_threaded(self.python)
+
+    @property
     def rooted(self) -> bool:
         """This host's architecture, in a Debian root of a newer CPython (pip and uv run there, through bubblewrap)."""
-        return bool(self.python) and not self.foreign
+        return bool(self.python) and not self.foreign and not self.free_threaded
 
     @property
     def index(self) -> str:
         where = f" {self.line.arch.name} py{self.python}" if self.foreign else \
-            f" py{self.python} (Debian {emulated.suite(self.line.arch, self.python)})" if self.rooted else ""
+            f" py{self.python} (Debian {emulated.suite(self.line.arch, self.python)})" if self.rooted else \
+            f" py{self.python} (free-threaded, built here)" if self.free_threaded else ""
         return self.line.name + where + (" (mix)" if self.mix else "")
 
     @property
@@ -111,8 +120,12 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
     if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(torch_major + "."):
         why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {torch_major} build of "
                    f"{case.torch or 'torch'}")
-    if case.python and not check.get("python", "").startswith(case.python + "."):
+    if case.python and not check.get("python", "").startswith(case.python.removesuffix("t") + "."):
         why.append(f"ran on CPython {check.get('python')}, not {case.python}")
+    if case.free_threaded and not check.get("free_threaded"):
+        why.append(f"ran on a GIL build of CPython {check.get('python')}, not a free-threaded one")
+    if check.get("gil_after_oeq") and not check.get("gil_after_torch"):  # CPython's RuntimeWarning alone says so
+        why.append("importing OpenEquivariance turned the GIL back on (its module does not declare Py_MOD_GIL_NOT_USED)")
     if check["oeq_version"] != line.version(pins.oeq.version):
         why.append(f"installed openequivariance {check['oeq_version']}, not our {line.name} binary wheel")
     if log.strip():
@@ -214,7 +227,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         if mods and (case.foreign or not has_gpu()):  # a stub driver of the library's architecture
             driver_stub.stub_for_library(mods[0], stub_dir, cc)
         if standins:  # NVIDIA's libraries the stand-ins left out: load stubs of what the install takes from them
-            root = emulated.rootfs(case.line.arch, case.python, default_cache()) if case.python else None
+            root = emulated.rootfs(case.line.arch, case.python, default_cache()) if case.rooted or case.foreign else None
             interpreter = root / "usr" / "bin" / f"python{case.python}" if root else Path(runner[-1])
             stubbed = loader_stubs.make(site, interpreter, stub_dir, cc, sysroot=root)
         if stub_dir.is_dir():
@@ -234,7 +247,11 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
                 case.path = "refused: " + d.stdout.splitlines()[0][:110]
         if not case.mix:
             whose = f"our {case.line.arch.name} wheel; emulated import {took:.0f} s" if case.foreign else \
-                f"our {Path(check['module']).name}" if case.rooted and check and check["module"] else "our binary wheel"
+                f"our {Path(check['module']).name}" if (case.rooted or case.free_threaded) and check and check["module"] \
+                else "our binary wheel"
+            if case.free_threaded and check:
+                whose += "; the GIL " + ("stays off" if not check["gil_after_oeq"] else
+                                         "was on before OEq" if check["gil_after_torch"] else "came back on")
             case.path = (f"OEq precompiled ({whose})" if check and check["precompiled"] else
                          f"JIT ({check['error'][:60] if check and check['error'] else 'no check'})")
             if standins:  # the exact set: loader_stubs.make holds it to what the install's files NEED and lack
@@ -249,6 +266,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         elif case.python and not case.mix and case.python not in case.line.pythons and \
                 not (check["module"] or "").endswith(case.line.ext_suffix(case.line.abi3 or "")):
             why.append(f"CPython {case.python} loaded {check['module']}, not the line's stable-ABI module")
+        elif case.free_threaded and not case.mix and not (check["module"] or "").endswith(case.line.ext_suffix(case.python)):
+            why.append(f"CPython {case.python} loaded {check['module']}, not the line's free-threaded module")
         case.ok = not why
         case.result = "PASS" if case.ok else "FAIL: " + "; ".join(why)
         return case
@@ -306,7 +325,9 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
                     if emulated_pythons is None or v in emulated_pythons]
         newer = [(t, v) for v, d in line.arch.debian_pythons.items() if line.serves(v) for t in d["torch"]
                  if t in line.tested_torch and (emulated_pythons is None or v in emulated_pythons)]
-        return [(t, "") for t in line.tested_torch if plain] + newer
+        threaded = [(t, v) for v, ft in pins.freethreaded.items() if v in line.pythons for t in ft.torch
+                    if t in line.tested_torch and (emulated_pythons is None or v in emulated_pythons)]
+        return [(t, "") for t in line.tested_torch if plain] + newer + threaded
     cases = [Case(t, i, line, python=v) for line in pins.oeq_lines for t, v in rows(line)
              if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
              for i in installers]
@@ -355,16 +376,18 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
         raise UsageError(f"no openequivariance wheel of {', '.join(missing)} in {extra}; build first (make wheels)")
     base = pythons.find(python).executable
     say = lambda m: print(f"install-matrix: {m}", file=sys.stderr, flush=True)
+    threaded = {v: freethreaded.interpreter(pins.freethreaded[v], default_cache(), say).executable
+                for v in dict.fromkeys(c.python for c in cases if c.free_threaded)}
     with tempfile.TemporaryDirectory(prefix="oeq-matrix-site-") as tmp:
         site = site_mod.write_site(Path(tmp) / "site", wheels, pins)
         fastmace_src = ["--extra-index-url", from_index] if from_index else ["--find-links", str(outdir)]
         with hosts.pages(site, pins.repository.split("/")[1]) as root:  # served as the release serves it
             for case in cases:
                 # fastmace-oeq-ext: x86_64 only, for the CPythons of its matrix
-                with_fastmace = case.torch == pins.matrix.torch_version and not case.foreign and not case.rooted
+                with_fastmace = case.torch == pins.matrix.torch_version and not case.python
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
                         f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
-                run_case(case, pins, args, base, keep, say, with_fastmace,
+                run_case(case, pins, args, threaded.get(case.python, base), keep, say, with_fastmace,
                          {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None, standins)
                 say(f"{case.label}: {case.result}")
     print(table(cases))

@@ -103,7 +103,9 @@ def _interpreter_files(interpreter: Path) -> list[str]:
     r = subprocess.run([str(interpreter), "-c", "import os, sys, sysconfig; print(os.path.realpath(sys.executable)); "
                         "print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', "
                         "sysconfig.get_config_var('LDLIBRARY') or ''))"], capture_output=True, text=True, check=True)
-    return [f for f in r.stdout.splitlines() if os.path.isfile(f)]
+    exe, lib = (r.stdout.splitlines() + ["", ""])[:2]
+    # LDLIBRARY of a static build (a CPython built here: inputs/freethreaded.py) is libpython3.X.a: no dynamic symbols
+    return [f for f in (exe, lib) if os.path.isfile(f) and (f == exe or ".so" in os.path.basename(f))]
 
 
 def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,

@@ -100,6 +100,8 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
                                     else forbidden_paths)
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
+    if module in files:
+        v.problems += free_threading_problems(files[module], ob.free_threaded(py_version), str(tag))
     if module in files and aoti in files:  # remembered by the build like auditwheel's verdict (verify.remembered)
         said = remembered("torch-abi-audit", wheel, lambda: dict(zip(("said", "problems"), torch_abi_audit(
             {a: files[a] for a in (module, aoti)}, ob))), memo_dir)
@@ -171,6 +173,24 @@ def torch_abi_audit(libs: dict[str, bytes], ob: pins_mod.OeqLine) -> tuple[str, 
     elif floor is None or Version(floor) != Version(ob.torch_min):
         problems.append(f"torch-abi-audit's minimum torch is {floor}, the line's floor is {ob.torch_min}")
     return said, problems
+
+
+# What only a module compiled with a free-threaded CPython's headers (Py_GIL_DISABLED) calls: its Py_DECREF's slow
+# paths (Include/refcount.h). A GIL build's module never does; a free-threaded CPython's module always does.
+FREE_THREADED_REFCOUNT = frozenset({"_Py_DecRefShared", "_Py_MergeZeroLocalRefcount"})
+
+
+def free_threading_problems(module: bytes, free_threaded: bool, tag: str) -> list[str]:
+    """The module's build agrees with its tag: a cpXYt wheel's was compiled for a free-threaded CPython (its
+    reference counting says so), every other wheel's for a GIL build."""
+    seen = sorted({n for n, _ in dynamic_symbols(module, defined=False)} & FREE_THREADED_REFCOUNT)
+    if free_threaded and not seen:
+        return [f"wheel tag {tag} is free-threaded, but its module was not compiled with a free-threaded CPython's "
+                f"headers (it calls none of {', '.join(sorted(FREE_THREADED_REFCOUNT))})"]
+    if not free_threaded and seen:
+        return [f"wheel tag {tag} is for a GIL build, but its module calls {', '.join(seen)}: it was compiled with "
+                "a free-threaded CPython's headers"]
+    return []
 
 
 def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:

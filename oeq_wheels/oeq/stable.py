@@ -76,6 +76,11 @@ class Recipe:
     torch_label: str = "torch"
     tls_gnu2: bool = True   # nanobind passes -mtls-dialect=gnu2 where the compiler takes it (x86 GCC, not aarch64)
     limited_api: bool = False  # nanobind_add_module(... STABLE_ABI): Python's limited API, the module named .abi3.so
+    # nanobind_add_module(... FREE_THREADED) on a free-threaded CPython: NB_FREE_THREADED (PUBLIC, so the module's
+    # sources see it too), nb_ft.cpp, and the module declares Py_MOD_GIL_NOT_USED. OEq's CMakeLists does not pass
+    # it; without it the import turns the GIL back on. The two classes OEq binds call only the CUDA runtime, which
+    # is thread-safe, and nanobind guards its own state in this mode.
+    free_threaded: bool = False
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
         m = {str(self.trees.nanobind): "nanobind", str(SHIM_DIR): "oeq-wheels-shim"}
@@ -97,8 +102,8 @@ class Recipe:
         return [f"-I{ext}", f"-I{ext / 'backend'}", f"-I{ext / 'json11'}", f"-I{t.torch_root / 'torch' / 'include'}",
                 *(a for d in t.cuda.include_dirs for a in ("-isystem", d))]
 
-    def _limited(self) -> list[str]:
-        return [LIMITED_API] if self.limited_api else []
+    def _abi(self) -> list[str]:
+        return [LIMITED_API] if self.limited_api else ["-DNB_FREE_THREADED"] if self.free_threaded else []
 
     def aoti(self) -> list[str]:
         """oeq_stable_cuda_aoti: add_library(SHARED), no nanobind."""
@@ -109,14 +114,16 @@ class Recipe:
         """oeq_stable_cuda: nanobind_add_module(... NB_STATIC ...) adds hidden visibility, -Os
         (nanobind_opt_size), no stack protector and nanobind-static's PUBLIC includes and sections."""
         return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DINCLUDE_NB_EXTENSION",
-                *self._limited(), *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
+                *self._abi(), *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
                 "-fvisibility=hidden", "-fno-stack-protector", "-Os", *NB_SECTIONS, *self.prefix_map()]
 
     def nanobind(self) -> list[str]:
         """nanobind-static (nanobind_build_library): NB_BUILD, compact assertions in Release,
         no strict aliasing, the TLS descriptor model, hidden visibility, no stack protector."""
         nb = self.trees.nanobind
-        return [*self._common(), "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", *self._limited(),
+        # free-threaded: its pthread keys bound to glibc's first version of them (shim/pthread_keys.h)
+        keys = ["-include", str(SHIM_DIR / "pthread_keys.h")] if self.free_threaded and self.glibc_shim else []
+        return [*self._common(), *keys, "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", *self._abi(),
                 f"-I{nb / 'ext' / 'robin_map' / 'include'}",
                 f"-I{self.python_include}", f"-I{nb / 'include'}", "-fvisibility=hidden", "-fno-strict-aliasing",
                 *(["-mtls-dialect=gnu2"] if self.tls_gnu2 else []), *NB_SECTIONS, "-fno-stack-protector", *self.prefix_map(nanobind_only=True)]
@@ -184,7 +191,8 @@ def compile_all(recipe: Recipe, objects: ObjectCache, jobs_pool, python: bool) -
     ext, nb = recipe.trees.ext, recipe.trees.nanobind
     if python:
         jobs = [("module", ext / s, recipe.module()) for s in SOURCES]
-        jobs += [("nanobind", nb / "src" / s, recipe.nanobind()) for s in NANOBIND_SOURCES]
+        jobs += [("nanobind", nb / "src" / s, recipe.nanobind())
+                 for s in (*NANOBIND_SOURCES, *(["nb_ft.cpp"] if recipe.free_threaded else []))]
     else:
         jobs = [("aoti", ext / s, recipe.aoti()) for s in SOURCES]
     results = list(jobs_pool.map(lambda j: (j[0], *objects.compile(j[1], j[2])), jobs))

@@ -148,8 +148,8 @@ def _check_set(wheels: list[Path], version: str, pythons: tuple[str, ...], what:
         _, v, _, tags = parse_wheel_filename(w.name)
         if str(v) != version:
             problems.append(f"{w.name} is version {v}, pins say {version}")
-        for t in tags:
-            by_tag.setdefault(t.interpreter, []).append(w)
+        for t in tags:  # a free-threaded CPython's wheel (cp314-cp314t) by its ABI tag, as pins name it (cp314t)
+            by_tag.setdefault(t.abi if t.abi == t.interpreter + "t" else t.interpreter, []).append(w)
     want = [pins_mod.cp_tag(v) for v in pythons]
     missing = [t for t in want if t not in by_tag]
     if missing:

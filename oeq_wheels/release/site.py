@@ -142,9 +142,11 @@ def _metadata(wheel: Path) -> bytes:
 
 
 def _requires_python(name: str) -> str:
-    """What the wheel's tag installs on: ==3.11.* for cp311-cp311, >=3.12 for a stable-ABI cp312-abi3."""
+    """What the wheel's tag installs on: ==3.11.* for cp311-cp311, >=3.12 for a stable-ABI cp312-abi3, ==3.14.* for
+    cp314-cp314t (the tag, not Requires-Python, tells a free-threaded CPython)."""
     tag = next(iter(parse_wheel_filename(name)[3]))
-    return f">={python_of(tag)}" if tag.abi == "abi3" else f"=={python_of(tag)}.*"
+    version = python_of(tag).removesuffix("t")
+    return f">={version}" if tag.abi == "abi3" else f"=={version}.*"
 
 
 def _page(title: str, body: str) -> str:

@@ -51,3 +51,25 @@ def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any
     (stubs,) = installmatrix.stubs_shown(table)
     assert stubs or pypi_mirror.standin_url() is None, table
     record_property("load stubs", stubs)
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_free_threaded_cpython_installs_its_own_wheel_and_keeps_the_gil_off(ft_oeq_wheel, installer, capsys,
+                                                                              tmp_path, record_property):
+    """CPython 3.14t (free-threaded, built here from its pinned source: inputs/freethreaded.py) loads no abi3
+    module: a plain pip or uv install of PyPI's newest torch with a cp314t wheel and openequivariance from the served
+    cu130 index, every compiler a sentinel before it, takes our cp314-cp314t wheel; OEq loads
+    oeq_stable_cuda.cpython-314t-*.so with its operators, nothing is built, and the import leaves the GIL off (the
+    module declares Py_MOD_GIL_NOT_USED). `make install-matrix` runs each pinned torch of it with both installers."""
+    ft = P.load().freethreaded["3.14t"]
+    newest = ft.torch[-1]
+    assert installmatrix.run(ft_oeq_wheel.parent.with_name("dist"), [newest], [installer], "3.11",
+                             arches=["x86_64"], emulated_pythons=["3.14t"], plain=False,
+                             uv_cache=tmp_path / "uv-cache", standins=True) == 0
+    table = capsys.readouterr().out
+    assert f"{newest}  cu130 py3.14t (free-threaded, built here)  {installer}" in table, table
+    assert "OEq precompiled (our oeq_stable_cuda.cpython-314t-x86_64-linux-gnu.so; the GIL stays off)" in table, table
+    assert table.count("PASS") == 1, table  # the cu128 line's cp314t wheel: built and gated, installed by no row here
+    (stubs,) = installmatrix.stubs_shown(table)
+    assert stubs or pypi_mirror.standin_url() is None, table
+    record_property("load stubs", stubs)

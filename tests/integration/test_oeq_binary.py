@@ -244,3 +244,42 @@ def test_from_cpython_3_12_on_one_stable_abi_wheel_and_the_gate_proves_its_abi(a
     renamed.write_bytes(abi3_oeq_wheel.read_bytes())
     v = verify_oeq_binary(renamed, pins)
     assert "wheel tag cp312-cp312-manylinux_2_28_x86_64: the pins build CPython 3.12's wheel with ABI abi3" in v.problems
+
+
+def test_a_free_threaded_cpython_has_its_own_wheel_and_the_gate_proves_its_build(ft_oeq_wheel, abi3_oeq_wheel,
+                                                                               tmp_path):
+    """CPython 3.14t loads no abi3 module: its wheel (cp314-cp314t) holds a module compiled with the free-threaded
+    CPython's headers (Py_GIL_DISABLED: its reference counting calls _Py_DecRefShared) and nanobind's FREE_THREADED,
+    named as that CPython imports it; manylinux_2_28 still (nanobind's pthread keys bound to glibc's first version:
+    shim/pthread_keys.h). The gate refuses a GIL build's module under a cp314t tag, and the reverse."""
+    from oeq_wheels.oeq.gate import free_threading_problems
+    from oeq_wheels.release.site import _requires_python
+    pins = P.load()
+    module_name = "oeq_stable_cuda.cpython-314t-x86_64-linux-gnu.so"
+    assert ft_oeq_wheel.name == f"openequivariance-{VERSION}-cp314-cp314t-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(ft_oeq_wheel) as zf:
+        module = zf.read(EXTLIB + module_name)
+        record = OeqBuild.from_json(zf.read(f"openequivariance-{VERSION}.dist-info/{OEQ_BUILD_FILE}").decode())
+    assert record.python_tag == "cp314" and _requires_python(ft_oeq_wheel.name) == "==3.14.*"
+    v = verify_oeq_binary(ft_oeq_wheel, pins)
+    assert v.ok, v.problems
+    needs = {n: ver for n, ver in elf.dynamic_symbols(module, defined=False)}
+    assert "_Py_DecRefShared" in needs and not [n for n, ver in needs.items() if (ver or "").startswith("GLIBC_2.3")]
+    with zipfile.ZipFile(abi3_oeq_wheel) as zf:
+        gil_module = zf.read(EXTLIB + "oeq_stable_cuda.abi3.so")
+    assert free_threading_problems(module, True, "cp314-cp314t") == []
+    assert free_threading_problems(gil_module, False, "cp312-abi3") == []
+    assert "was not compiled with a free-threaded CPython's headers" in free_threading_problems(gil_module, True, "t")[0]
+    assert "compiled with a free-threaded CPython's headers" in free_threading_problems(module, False, "cp314")[0]
+    # The free-threaded module in place of a GIL build's (the cp312-abi3 wheel's): the gate refuses it.
+    from wheel.wheelfile import WheelFile  # the writer the build packs with: a consistent RECORD
+    unpacked = tmp_path / "u"
+    with zipfile.ZipFile(abi3_oeq_wheel) as zf:
+        zf.extractall(unpacked)
+    (unpacked / EXTLIB / "oeq_stable_cuda.abi3.so").write_bytes(module)
+    bad = tmp_path / "o" / abi3_oeq_wheel.name
+    bad.parent.mkdir()
+    with WheelFile(bad, "w") as wf:
+        wf.write_files(str(unpacked))
+    problems = verify_oeq_binary(bad, pins).problems
+    assert any("but its module calls _Py_DecRefShared" in p for p in problems), problems

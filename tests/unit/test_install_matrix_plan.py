@@ -65,8 +65,12 @@ def test_the_plan_covers_every_line_and_the_mix():
     rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
     assert rooted == {(t, "cu130-x86_64", v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
                       for t in row["torch"] for i in ("pip", "uv")} and rooted
+    # and the free-threaded CPython built here, for each x86_64 line on the torches with its wheel
+    threaded = {(c.torch, c.line.key, c.installer) for c in cases if c.free_threaded}
+    assert threaded == {(t, l.key, i) for l in pins.oeq_lines if l.arch.name == "x86_64" for t in l.tested_torch
+                        if t in pins.freethreaded["3.14t"].torch for i in ("pip", "uv")} and threaded
     per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
-    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + 1
+    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + len(threaded) + 1
     floor, py = cu13.tested_torch[0], sorted(arm.emulated_pythons)[-1]
     narrow = installmatrix.plan(pins, [floor], ["uv"], ["aarch64"], [py])
     assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [(floor, "cu130-aarch64", py, "uv")]
@@ -125,3 +129,27 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
     assert back.wheels == {wheels[0].name: wheels[0].sha256, ext.name: hashlib.sha256(b"ext").hexdigest()} == rec.wheels
     assert back.ok is False and [c["result"] for c in back.results["cases"]] == ["PASS", "FAIL: install failed"]
     assert back.machine["torch"] == f"{pins.matrix.torch_version}, 9.9.9"
+
+
+def test_the_free_threaded_rows_run_each_line_on_the_torches_with_its_wheel_and_keep_the_gil_off():
+    pins = P.load()
+    ft = pins.freethreaded["3.14t"]
+    rows = [(c.torch, c.line.key, c.python) for c in installmatrix.plan(pins, None, ["pip"], ["x86_64"], ["3.14t"],
+                                                                         plain=False)]
+    # each line on the pinned torches that have a cp314t wheel and that it is tested on
+    assert rows == [(t, l.key, "3.14t") for l in pins.oeq_lines if l.arch.name == "x86_64" for t in l.tested_torch
+                    if t in ft.torch] and {r[1] for r in rows} == {"cu130-x86_64", "cu128-x86_64"}
+    newest = ft.torch[-1]
+    case = installmatrix.Case(newest, "uv", pins.oeq_binary, python="3.14t")
+    assert case.free_threaded and not case.rooted and not case.foreign
+    assert case.index == "cu130 py3.14t (free-threaded, built here)"
+    good = {"torch": newest, "cuda": pins.oeq_binary.cuda, "python": ft.source.version, "free_threaded": True,
+            "gil_after_torch": False, "gil_after_oeq": False, "oeq_version": pins.oeq_binary.version(OEQ),
+            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
+    assert installmatrix.judge(case, good, None, "", pins) == []
+    for change, words in [({"free_threaded": False}, "GIL build"), ({"gil_after_oeq": True}, "turned the GIL back on"),
+                          ({"python": "3.15.1"}, "not 3.14t")]:
+        why = installmatrix.judge(case, {**good, **change}, None, "", pins)
+        assert any(words in w for w in why), (change, why)
+    # the GIL already on after torch's import is torch's doing, not OEq's
+    assert installmatrix.judge(case, {**good, "gil_after_torch": True, "gil_after_oeq": True}, None, "", pins) == []

@@ -159,16 +159,37 @@ def test_a_dangling_nvidia_reference_is_a_clear_error(tmp_path):
 
 def test_from_the_abi3_cpython_on_one_stable_abi_wheel_serves_every_later_cpython(tmp_path):
     line = P.load().oeq_lines[0]
-    assert line.pythons == ("3.10", "3.11", "3.12") and line.abi3 == "3.12"
-    assert [line.abi_tag(v) for v in line.pythons] == ["cp310", "cp311", "abi3"]
+    assert line.pythons == ("3.10", "3.11", "3.12", "3.14t") and line.abi3 == "3.12"
+    assert [line.abi_tag(v) for v in line.pythons] == ["cp310", "cp311", "abi3", "cp314t"]
     from oeq_wheels.release.site import _requires_python  # what the index says, from the wheel's tag
     oeq = line.version(P.load().oeq.version)
-    assert [_requires_python(f"openequivariance-{oeq}-{P.cp_tag(v)}-{line.abi_tag(v)}-manylinux_2_28_x86_64.whl")
-            for v in line.pythons] == ["==3.10.*", "==3.11.*", ">=3.12"]
+    assert [_requires_python(f"openequivariance-{oeq}-{P.interpreter_tag(v)}-{line.abi_tag(v)}-manylinux_2_28_x86_64.whl")
+            for v in line.pythons] == ["==3.10.*", "==3.11.*", ">=3.12", "==3.14.*"]
     assert all(line.serves(v) for v in ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15", "3.99")) and not line.serves("3.9")
+    # a free-threaded CPython loads no abi3 module: only its own build serves it
+    assert line.serves("3.14t") and not line.serves("3.15t") and not line.serves("3.13t")
     # nanobind's linked stable ABI needs 3.12, and the abi3 build is the last one built
     for bad in ('abi3 = "3.11"', 'abi3 = "3.10"'):
         text = P.PINS_FILE.read_text().replace('abi3 = "3.12"', bad)
         (tmp_path / "pins.toml").write_text(text)
         with pytest.raises(P.PinsError, match="3.12 or later"):
             P.load(path=tmp_path / "pins.toml")
+
+
+def test_a_free_threaded_cpython_has_its_own_tags_suffix_and_pinned_source(tmp_path):
+    pins = P.load()
+    assert (P.cp_tag("3.14t"), P.interpreter_tag("3.14t"), P.interpreter_tag("3.14")) == ("cp314t", "cp314", "cp314")
+    assert sorted(["3.15", "3.14t", "3.10", "3.14"], key=P.python_key) == ["3.10", "3.14", "3.14t", "3.15"]
+    line = pins.oeq_line("cu130", "aarch64")
+    assert line.ext_suffix("3.14t") == ".cpython-314t-aarch64-linux-gnu.so" and line.free_threaded("3.14t")
+    ft = pins.freethreaded["3.14t"]
+    assert ft.source.url.endswith("/" + ft.source.file) and len(ft.source.sha256) == 64
+    assert "3.14t" in pins.toolchain.pythons  # its headers are pinned like every CPython's
+    from oeq_wheels.gate_common import python_of
+    from packaging.tags import Tag
+    assert python_of(Tag("cp314", "cp314t", "x")) == "3.14t" and python_of(Tag("cp314", "cp315t", "x")) is None
+    # a free-threaded CPython in [oeq_binary] pythons needs its pinned source
+    text = P.PINS_FILE.read_text().replace('[freethreaded."3.14t"]', '[freethreaded."3.13t"]')
+    (tmp_path / "pins.toml").write_text(text)
+    with pytest.raises(P.PinsError, match=r"free-threaded CPython 3\.14t.*\[freethreaded"):
+        P.load(path=tmp_path / "pins.toml")

@@ -267,7 +267,7 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
 def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
     """tests/claims.toml's torch-row names what release.yml's build job installs, and no more (an ELSEWHERE row is
     only as strong as the job it names): fastmace-oeq-ext's torch and the cu128 line's floor with pip on CPython
-    3.12, the first also on Debian testing's 3.14, the mixed pair; the aarch64 line's floor with pip and uv on each
+    3.12, the first also on Debian testing's 3.14, both on the free-threaded 3.14t, the mixed pair; the aarch64 line's floor with pip and uv on each
     emulated arm64 CPython. Every torch with both installers is `make install-matrix` by hand, a row of its own."""
     import re
     import shlex
@@ -288,11 +288,13 @@ def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
     cu13, cu12, arm = pins.oeq_line("cu130").key, pins.oeq_line("cu128").key, pins.oeq_line("cu130", "aarch64").key
     assert ran == {(v["matrix_torch"], cu13, "pip", "3.12", False), (v["cu128"], cu12, "pip", "3.12", False),
                    (v["matrix_torch"], cu13, "pip", "3.14", False),  # Debian testing's CPython, natively
+                   (v["matrix_torch"], cu13, "pip", "3.14t", False),  # the free-threaded CPython built here
+                   (v["cu128"], cu12, "pip", "3.14t", False),
                    (v["matrix_torch"], cu12, "pip", "3.12", True),  # the mixed pair, refused
                    *{(v["floor"], arm, i, py, False) for i in ("pip", "uv") for py in ("3.11", "3.13", "3.14")}}
     (row,) = [r for c in claims.load() if c.id == "torch-row" for r in c.rows if r.elsewhere.startswith("release.yml")]
     assert row.name == (f"{v['matrix_torch']} and {v['cu128']}+cu128 with pip on CPython 3.12, {v['matrix_torch']} "
-                        "with pip on Debian testing's 3.14, the mixed pair refused; aarch64: "
+                        "with pip on Debian testing's 3.14, both on free-threaded 3.14t, the mixed pair refused; aarch64: "
                         f"{v['floor']} with pip and uv on Debian's arm64 3.11, 3.13, 3.14 under qemu")
 
 
