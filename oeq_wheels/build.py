@@ -26,10 +26,11 @@ from . import toolchain as tc, wheelfile
 from .ext import assemble, compile as cc, link
 from .ext.gate import verify_wheel
 from .oeq import stable, wheel as oeqpy
+from .oeq import variants
 from .oeq.gate import verify_oeq_binary
 from .errors import OeqWheelsError, UsageError
 from .files import default_cache, sha256_file, sweep_stale
-from .output import extra_dir, place
+from .output import extra_dir, place, variants_dir
 from .stop import Interrupted, stop_if_cancelled
 from .progress import Stage, say, table, warn
 from .report import write_report
@@ -271,11 +272,16 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
             whl = wheelfile.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
                                                    memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
-        return _verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, "
-                                 "stable ABI" + (", abi3audit" if abi3 else "")
-                                 + (", free-threaded" if ob.free_threaded(interp.version) else ""),
-                                 outdir, force, platform, timings,
-                                 interp)
+        gates = ("ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, stable ABI"
+                 + (", abi3audit" if abi3 else "") + (", free-threaded" if ob.free_threaded(interp.version) else ""))
+        row = _verify_and_place(who, whl, check, gates, outdir, force, platform, timings, interp)
+        # The same build as a PEP 825 variant of the one release of every line (oeq/variants.py), beside the others.
+        vtimings: dict = {}
+        with Stage(who, "variant", vtimings):
+            variant = variants.make(whl, ob, p, tmp / "variant")
+        vrow = _verify_and_place(f"{who}-{variants.label(ob)}", variant, check, gates + ", variant.json",
+                                 variants_dir(outdir), force, platform, vtimings, interp)
+        return [row, vrow]
 
 
 def stable_trees(pins: pins_mod.Pins, line: pins_mod.OeqLine, files: dict[str, Path], cache: Path) -> stable.StableTrees:
@@ -420,6 +426,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
     # Before the toolchain, whose root may download: an OUTDIR that cannot be written is one line, nothing fetched.
     outdir = prepare_outdir(outdir)
     extra = prepare_outdir(extra_dir(outdir))
+    prepare_outdir(variants_dir(extra))
     make, which = toolchain_maker(pins, toolchain, cache)
     say(f"oeq-wheels: toolchain: {which}")
     toolchains, arch_notes = select_arches(pins, arches, make)
@@ -439,7 +446,7 @@ def run(outdir: Path, versions: list[str] | None = None, matrix: str | None = No
         f"({'; '.join(t.version for t in toolchains.values())}), {jobs} jobs, cache {cache}")
     for note in arch_notes:
         say(f"oeq-wheels: NOTE: {note}")
-    sweep_stale(outdir, extra, cache / "extract", cache / "extract" / "blobs")  # what killed runs left
+    sweep_stale(outdir, extra, variants_dir(extra), cache / "extract", cache / "extract" / "blobs")  # what killed runs left
     with Stage("all", "fetch") as st:
         files = fetch.ensure((pins.all_inputs([pins_mod.cp_tag(v) for v in ext_wanted]) if ext_wanted else [])
                              + list(dict.fromkeys(i for l in oeq_lines for i in l.inputs(pins.oeq))),

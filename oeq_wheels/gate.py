@@ -9,14 +9,14 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from . import pins as pins_mod
 from .ext.gate import verify_wheel
 from .oeq.gate import verify_oeq_binary
-from .gate_common import Verdict
+from .gate_common import Verdict, split_variant
 
 
 def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:
     """Either product's whole gate, chosen by the wheel's project name. p: the pins to check against (None: a
     fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance)."""
     try:
-        is_oeq = canonicalize_name(parse_wheel_filename(wheel.name)[0]) == "openequivariance"
+        is_oeq = canonicalize_name(parse_wheel_filename(split_variant(wheel.name)[0])[0]) == "openequivariance"
     except InvalidWheelFilename:  # verify_wheel reports the bad name
         is_oeq = False
     return verify_oeq_binary(wheel, p or pins_mod.load()) if is_oeq else verify_wheel(wheel, p)

@@ -188,11 +188,26 @@ def _check_archive(wheel: Path) -> tuple[list[zipfile.ZipInfo], str | None]:
     return infos, None
 
 
+VARIANT_LABEL = re.compile(r"[a-z0-9_.]+")
+
+
+def split_variant(name: str) -> tuple[str, str | None]:
+    """(the file name without its variant label, the label) of a PEP 825 variant wheel, whose name ends in its label
+    after the platform tag ({name}-{version}[-{build}]-{py}-{abi}-{platform}-{label}.whl; of six parts, the third is
+    a build tag only when it starts with a digit, as uv reads them); (name, None) for any other file name."""
+    parts = name.removesuffix(".whl").split("-")
+    if name.endswith(".whl") and VARIANT_LABEL.fullmatch(parts[-1]) and \
+            (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return name, None
+
+
 def open_wheel(wheel: Path, v: Verdict):
     """(name, version, tag, members) of a wheel, or None with the problem recorded. Members are read lazily, after
-    the archive passed _check_archive."""
+    the archive passed _check_archive. A variant wheel's label is v.facts["variant"] (None for any other)."""
+    base, v.facts["variant"] = split_variant(wheel.name)
     try:
-        name, version, _, tags = parse_wheel_filename(wheel.name)
+        name, version, _, tags = parse_wheel_filename(base)
     except InvalidWheelFilename as exc:
         v.problems.append(f"bad wheel file name: {exc}")
         return None

@@ -20,6 +20,15 @@ def ours(pins: Pins) -> list[str]:
     return out
 
 
+def variants(pins: Pins) -> list[str]:
+    """Every line from one index, the driver choosing (PEP 825 wheel variants: uv's preview; pip skips them). Beside
+    a torch already installed: the driver chooses OEq's line, not torch's (docs/variants.md)."""
+    if pins.variants is None:
+        return []
+    return [f"uv pip install --preview-features wheel-variants openequivariance=={pins.oeq.version} "
+            f"--extra-index-url {pins.index_url('variants')}"]
+
+
 def fastmace(pins: Pins) -> list[str]:
     """FastMACE's own install steps (its README) plus the cu130 index: the compiler-free FastMACE."""
     line = pins.oeq_binary

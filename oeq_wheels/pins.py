@@ -188,6 +188,16 @@ class Consumer:
 
 
 @dataclass(frozen=True)
+class Variants:
+    """[oeq_binary.variants]: every OEq line as a PEP 825 variant of one release (oeq/variants.py)."""
+
+    local_version: str                    # the release: <oeq version>+<this>
+    schema: str                           # the variants JSON's $schema
+    provider_requires: tuple[str, ...]    # the NVIDIA provider, as uv's built-in one must be declared
+    provider_plugin_api: str
+
+
+@dataclass(frozen=True)
 class FreeThreaded:
     """A free-threaded CPython ([freethreaded."X.Yt"]): its pinned source, built here (inputs/freethreaded.py)."""
 
@@ -221,6 +231,7 @@ class Pins:
     upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
     toolchain: "buildroot.Pins | None" = None  # [toolchain]: the build root's Debian packages
     freethreaded: dict[str, FreeThreaded] = dataclasses.field(default_factory=dict)  # [freethreaded."X.Yt"]
+    variants: Variants | None = None     # [oeq_binary.variants]
 
     def for_variant(self, variant: str) -> "ExtVariant":
         """The fastmace-oeq-ext build of these pins that names one OpenEquivariance ("pypi" or a line's)."""
@@ -522,6 +533,8 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         arches=arches,
         upstream=upstream,
         toolchain=buildroot.load(data),
+        variants=Variants(vr["local_version"], vr["schema"], tuple(vr["provider"]["requires"]),
+                          vr["provider"]["plugin-api"]) if (vr := ob.get("variants")) else None,
         freethreaded={v: FreeThreaded(v, Pinned("cpython", f["version"], f["file"], f["sha256"], url=f["url"]),
                                       tuple(f["torch"])) for v, f in data.get("freethreaded", {}).items()},
     )

@@ -7,17 +7,19 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from .files import write_atomic
+from .gate_common import split_variant
 
 
 def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain,
                  stem: str = "REPORT") -> Path:
     """Write where/STEM.json and STEM.md atomically; return the .md path."""
     entry = lambda p: {"name": p.name, "version": p.version, "file": p.file, "sha256": p.sha256}
-    cps = sorted({next(iter(parse_wheel_filename(r["wheel"])[3])).interpreter for r in rows})
+    cps = sorted({next(iter(parse_wheel_filename(split_variant(r["wheel"])[0])[3])).interpreter for r in rows})
     ext_cps = [c for c in cps if c in pins.matrix.torch_wheels]  # OEq's CPythons may be more than the torch's
     inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(ext_cps) + pins.oeq_binary_inputs())]
     data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
             "oeq_binary_versions": {l.name: l.version(pins.oeq.version) for l in pins.oeq_lines},
+            "oeq_variants_version": f"{pins.oeq.version}+{pins.variants.local_version}" if pins.variants else None,
             "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
             "failures": failures, "inputs": inputs_}
     lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name}) and openequivariance "

@@ -58,7 +58,9 @@ out.update(gil_after_oeq=gil(), precompiled=extlib.USE_PRECOMPILED_EXTENSION, bu
            error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
            module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
            ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-                if hasattr(torch.ops.libtorch_tp_jit, n)])
+                if hasattr(torch.ops.libtorch_tp_jit, n)],
+           variant=sorted(json.loads(md.distribution("openequivariance").read_text("variant.json") or "{}")
+                          .get("variants", {})))
 print("MATRIX " + json.dumps(out))
 """
 
@@ -69,6 +71,8 @@ class Case:
     installer: str
     line: pins_mod.OeqLine      # the line whose index the install is given
     mix: bool = False           # torch of another CUDA major: a refusal is the pass
+    variant: str = ""           # from the site's variant index, the driver presented so ("env": uv's provider
+                                # override, "nvidia-smi": a stand-in on PATH): the line's variant must be chosen
     python: str = ""            # the CPython X.Y of a Debian root file system (another architecture's, emulated; or
                                 # this host's, natively: a CPython no build here has), X.Yt a free-threaded CPython
                                 # built here (inputs/freethreaded.py), else this host's
@@ -96,7 +100,10 @@ class Case:
         where = f" {self.line.arch.name} py{self.python}" if self.foreign else \
             f" py{self.python} (Debian {emulated.suite(self.line.arch, self.python)})" if self.rooted else \
             f" py{self.python} (free-threaded, built here)" if self.free_threaded else ""
-        return self.line.name + where + (" (mix)" if self.mix else "")
+        via = {"": "", "none": " via variants (no driver)", "pip": " via variants",
+               "no preview": " via variants (no preview flag)"}.get(
+            self.variant, f" via variants (driver {self.line.cuda} by {self.variant})")
+        return self.line.name + where + (" (mix)" if self.mix else "") + via
 
     @property
     def label(self) -> str:
@@ -126,7 +133,12 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
         why.append(f"ran on a GIL build of CPython {check.get('python')}, not a free-threaded one")
     if check.get("gil_after_oeq") and not check.get("gil_after_torch"):  # CPython's RuntimeWarning alone says so
         why.append("importing OpenEquivariance turned the GIL back on (its module does not declare Py_MOD_GIL_NOT_USED)")
-    if check["oeq_version"] != line.version(pins.oeq.version):
+    if case.variant:  # the variants release, and the variant of this line: what the driver presented asks for
+        from ..oeq import variants
+        if check["oeq_version"] != variants.release_version(pins) or check.get("variant") != [variants.label(line)]:
+            why.append(f"installed openequivariance {check['oeq_version']} variant {check.get('variant')}, not our "
+                       f"{variants.label(line)} variant of {variants.release_version(pins)}")
+    elif check["oeq_version"] != line.version(pins.oeq.version):
         why.append(f"installed openequivariance {check['oeq_version']}, not our {line.name} binary wheel")
     if log.strip():
         why.append(f"a build tool was called: {log.strip()[:200]}")
@@ -190,7 +202,8 @@ def _install_command(case: Case, pins: pins_mod.Pins, args: list[str], base_pyth
 
 
 def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str, keep: bool, say,
-             with_fastmace: bool, env_extra: dict | None = None, standins: bool = False) -> Case:
+             with_fastmace: bool, env_extra: dict | None = None, standins: bool = False,
+             path_extra: Path | None = None) -> Case:
     """One fresh install of ARGS (pip or uv), compilers hidden before it; then the checks.
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
@@ -208,6 +221,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
     # In a Debian root, its own PATH: this host's CPythons (bound in with its folders) are not that system's.
     path = "/usr/local/bin:/usr/bin:/bin" if case.rooted else env["PATH"]
     asked, standins = standins, standins and pypi_mirror.standin_url() is not None
+    path = f"{path_extra}{os.pathsep}{path}" if path_extra else path  # after the sentinels: a stand-in nvidia-smi
     env.update(venvs.index_env(standins), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
                TORCH_EXTENSIONS_DIR=str(work / "ext"))
     env.update(env_extra or {})

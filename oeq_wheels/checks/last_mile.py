@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import pins as pins_mod
 from ..errors import OeqWheelsError
-from ..output import extra_dir
+from ..output import extra_dir, variants_dir
 from ..release import publish, recorded
 from ..release.site import release_asset_name
 
@@ -70,7 +70,8 @@ def seed(ws: Path, scenario: Scenario, repo: Path, tag: str, pins: pins_mod.Pins
     """The rehearsal's folders as the scenario finds them: the seeded build, the artifacts the build's comparison
     takes, and whatever is already published."""
     dist = repo / "dist"
-    wheels = sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl"))
+    wheels = sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl")) + \
+        sorted(variants_dir(extra_dir(dist)).glob("*.whl"))
     record = recorded.load(repo / recorded.RELATIVE)
     try:
         record.refuse_incomplete(wheels, "rehearse the last mile with them")

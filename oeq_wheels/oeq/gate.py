@@ -13,7 +13,7 @@ from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from .. import pins as pins_mod
 from ..elf import dynamic_symbols, TORCH_CXX
 from ..files import remembered
-from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, Verdict
+from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, split_variant, Verdict
 from ..tags import tag_arch
 
 
@@ -27,29 +27,37 @@ def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
                       sdist_root: Path | None = None, cuda_root: Path | None = None,
                       forbidden_paths: list[str] | None = None, twine: bool = True,
-                      memo_dir: Path | None = None) -> Verdict:
-    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist."""
+                      memo_dir: Path | None = None, variant: bool = False) -> Verdict:
+    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist; a
+    PEP 825 variant wheel (oeq/variants.py) against the line its label and platform name, as that line's wheel under
+    the variants release's version, its variant.json the one the pins give that line."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
 
     from ..inputs import fetch, unpack
     from ..files import default_cache
-    from . import wheel as oeqpy
+    from . import variants, wheel as oeqpy
+    kw = dict(sdist_root=sdist_root, cuda_root=cuda_root, forbidden_paths=forbidden_paths, twine=twine,
+              memo_dir=memo_dir)
+    base, label = split_variant(wheel.name)
+    if label is not None and not variant:
+        return _verify_variant(wheel, base, label, p, line, kw)
     v = Verdict(wheel)
     opened = open_wheel(wheel, v)
     if opened is None:
         return v
     name, version, tag, files = opened
     ob = line or line_of(version, p, tag.platform)
-    of_version = line_of(version, p)  # any architecture's build of the version
-    want = list(dict.fromkeys(l.version(p.oeq.version) for l in ([line] if line else p.oeq_lines)))
-    if name != "openequivariance" or of_version is None or (line and version != line.version(p.oeq.version)):
+    of_version = line if variant else line_of(version, p)  # any architecture's build of the version
+    line_version = (lambda l: variants.release_version(p)) if variant else (lambda l: l.version(p.oeq.version))
+    want = list(dict.fromkeys(line_version(l) for l in ([line] if line else p.oeq_lines)))
+    if name != "openequivariance" or of_version is None or (line and version != line_version(line)):
         v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
         return v
     if ob is None or ob.arch.name != tag_arch(tag.platform):
         built = ", ".join(l.arch.platform_tag for l in p.line_builds(of_version.name))
         v.problems.append(f"wheel tag {tag.platform} is not a platform the pins build {version} for ({built})")
         return v
-    want_version = ob.version(p.oeq.version)
+    want_version = line_version(ob)
     py_version = python_of(tag)
     if py_version not in ob.pythons:
         v.problems.append(f"wheel tag {tag} is not one of the pinned CPythons {', '.join(ob.pythons)}")
@@ -71,6 +79,11 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
             for q in (sdist_root / "openequivariance").rglob("*") if q.is_file()}
     expected = set(tree) | {module, aoti} | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
                                                                      "licenses/LICENSE", OEQ_BUILD_FILE)}
+    if variant:  # its one variant, as the pins give the line (the label, the JSON and the build record agree)
+        expected.add(f"{info}/{variants.FILE_NAME}")
+        if files.get(f"{info}/{variants.FILE_NAME}") != variants.wheel_json(p, ob):
+            v.problems.append(f"{variants.FILE_NAME} is not the {variants.label(ob)} variant the pins give the "
+                              f"{ob.name} line: {files.get(f'{info}/{variants.FILE_NAME}', b'(none)')[:200]!r}")
     accounted(v, v.facts.pop("names"), expected)
     changed = sorted(a for a, src in tree.items() if a in files and files[a] != src.read_bytes())
     if changed:
@@ -85,7 +98,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     check_wheel_file(v, files, info, tag, purelib=False)
     try:
         record = OeqBuild.from_json(files.get(f"{info}/{OEQ_BUILD_FILE}", b"").decode(errors="replace"))
-        v.problems += build_record_problems(record, p, ob, tag, files)
+        v.problems += build_record_problems(record, p, ob, tag, files, want_version)
     except ManifestError as exc:
         v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
     needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
@@ -112,6 +125,30 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         v.facts["abi3audit"] = said["said"]
         v.problems += said["problems"]
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
+    return v
+
+
+def _verify_variant(wheel: Path, base: str, label: str, p: pins_mod.Pins, line: pins_mod.OeqLine | None,
+                    kw: dict) -> Verdict:
+    """A variant wheel's gate: the line its label and platform name (the module's CUDA libraries are checked against
+    that line's), the whole gate run on a copy under the name without the label (auditwheel and twine read a wheel's
+    tags from its name and know no label); the bytes are the same."""
+    import shutil
+    import tempfile
+
+    from . import variants
+    ob = variants.line_of(p, wheel.name)
+    if ob is None or (line is not None and ob != line):
+        v = Verdict(wheel)
+        labels = ", ".join(f"{variants.label(l)} ({l.arch.name})" for l in p.oeq_lines)
+        v.problems.append(f"{wheel.name}: variant label {label!r} names no line built for its platform; the pins "
+                          f"give {labels}" + (f", and this build is {line.key}" if line else ""))
+        return v
+    with tempfile.TemporaryDirectory(prefix="oeq-wheels-variant-gate-") as tmp:
+        copy = Path(tmp) / base
+        shutil.copyfile(wheel, copy)
+        v = verify_oeq_binary(copy, p, line=ob, variant=True, **kw)
+    v.subject = wheel
     return v
 
 
@@ -199,9 +236,10 @@ def _wheel_lib(cuda_root: Path, cuda_major: str, soname: str) -> Path:
     return next((d / soname for d in dirs if (d / soname).exists()), dirs[0] / soname)
 
 
-def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict) -> list[str]:
+def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, tag, files: dict,
+                          version: str | None = None) -> list[str]:
     entry = file_entry
-    want = {"package": "openequivariance", "version": ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
+    want = {"package": "openequivariance", "version": version or ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
             "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
             "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
             "cuda_wheels": tuple(entry(n) for n in ob.nvidia)}

@@ -22,7 +22,8 @@ from ..errors import Refused, UsageError
 from ..files import sha256_file
 from ..gate import verify_any
 from ..oeq.gate import line_of
-from ..output import extra_dir
+from ..oeq import variants
+from ..output import extra_dir, variants_dir
 from . import recorded
 
 
@@ -199,9 +200,16 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
         pythons = line.pythons  # the line's own CPythons: a release torch without one does not narrow them
         problems += _check_set(by_line[line.key], line.version(pins.oeq.version), pythons,
                                f"openequivariance {line.name} {line.arch.name}")
+    # Each line wheel's PEP 825 variant (OUTDIR-extra/variants: oeq/variants.py), exactly one each.
+    varied = sorted(variants_dir(extra).glob("*.whl")) if variants_dir(extra).is_dir() else []
+    want = {variants.variant_name(pins, w.name) for w in oeq} - {None} if pins.variants else set()
+    have = {w.name for w in varied}
+    problems += [f"{variants_dir(extra)}/{n} is no pinned line wheel's variant; remove it" for n in sorted(have - want)]
+    problems += [f"incomplete variants: no {n} in {variants_dir(extra)} (build them: make wheels)"
+                 for n in sorted(want - have)]
     if problems:
         raise ReleaseError("refusing to publish: " + "; ".join(problems))
-    return ours, oeq + sorted(served_ext)
+    return ours, oeq + sorted(served_ext) + varied
 
 
 def write_sha256sums(wheels: list[Path], where: Path) -> Path:

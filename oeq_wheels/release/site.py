@@ -10,6 +10,9 @@ SITE/
   <line>/simple/openequivariance/          PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
   <line>/simple/fastmace-oeq-ext/          the same for the fastmace-oeq-ext build that names this line's OEq
   <line>/links.html                        a flat page for `--find-links`
+  variants/simple/openequivariance/        every line's build as a PEP 825 variant of one release (oeq/variants.py):
+                                           its wheels and `openequivariance-<version>-variants.json` (files/), for
+                                           uv with --preview-features wheel-variants (pip skips variant wheels)
 
 Why the wheels live on the site and not behind release-asset links: GitHub renames release
 assets whose names hold characters outside letters, digits, '.', '-' and '_' (the REST docs,
@@ -45,6 +48,8 @@ from ..files import sha256_file
 from ..gate_common import python_of
 from . import recorded
 from .recorded import release_asset_name
+from ..oeq import variants
+from ..output import variants_dir
 
 PROJECT = "openequivariance"
 
@@ -85,7 +90,7 @@ def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded
     trusted: an asset of a served line that the set does not record (other bytes under a recorded name, a SHA256SUMS
     regenerated to match, a file added later) refuses the whole site, naming it; nothing is laid out."""
     by_sha = {h: n for n, h in record.wheels.items()}
-    wanted = {h: n for h, n in by_sha.items() if line_of_file(n, pins)}
+    wanted = {h: n for h, n in by_sha.items() if line_of_file(n, pins) or variants.line_of(pins, n)}
     found: dict[str, Wheel] = {}
     # The wheels first, so that a changed one is named as itself; SHA256SUMS last.
     for f in sorted(directory.iterdir(), key=lambda f: (f.name == "SHA256SUMS", f.name)):
@@ -118,8 +123,10 @@ def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded
 
 
 def from_outdir(extra: Path, pins: pins_mod.Pins) -> list[Wheel]:
-    """The OEq wheels of a build's OUTDIR-extra, under their own names."""
-    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if line_of_file(w.name, pins)]
+    """The OEq wheels of a build's OUTDIR-extra, under their own names, and its variant wheels (OUTDIR-extra/variants)."""
+    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if line_of_file(w.name, pins)] + \
+        [Wheel(w, w.name, sha256_file(w)) for w in sorted(variants_dir(extra).glob("*.whl"))
+         if variants.line_of(pins, w.name)]
 
 
 def _merge(wheels: list[Wheel]) -> list[Wheel]:
@@ -194,6 +201,24 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
     (site / line.name / "links.html").write_text(_page(f"{line.name} wheels", flat))
 
 
+def _write_variants(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> None:
+    """variants/simple/: the variant wheels of every line and the release's variants JSON, linked as PEP 825 asks
+    (beside the wheels, with its sha256). No PEP 658 metadata: uv reads a variant wheel's variant.json from the
+    wheel itself."""
+    name, doc = variants.index_file(pins)
+    (site / "files" / name).write_bytes(doc)
+    files_rel = "../../../files/"
+    entries = [(quote(w.name), w.sha256, w.name) for w in wheels] + \
+        [(quote(name), hashlib.sha256(doc).hexdigest(), name)]
+    proj = site / "variants" / "simple" / PROJECT
+    proj.mkdir(parents=True)
+    links = "".join(f'<a href="{html.escape(files_rel + href)}#sha256={sha}">{html.escape(n)}</a><br/>\n'
+                    for href, sha, n in entries)
+    (proj / "index.html").write_text(_page(f"Links for {PROJECT}", f"<h1>Links for {PROJECT}</h1>\n{links}"))
+    (site / "variants" / "simple" / "index.html").write_text(_page("Simple index", f'<a href="{PROJECT}/">{PROJECT}</a>'
+                                                                                  "<br/>\n"))
+
+
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     rows = []
     for name in pins.line_names:
@@ -206,6 +231,10 @@ def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)
                     + f'<p><a href="{line.name}/simple/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
                       f'<a href="{line.name}/links.html">flat page for --find-links</a></p>\n')
+    if counts.get("variants"):
+        rows.append("<h2>Every line as a wheel variant (uv's preview: the driver picks the line)</h2>\n"
+                    + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in install_lines.variants(pins))
+                    + f'<p><a href="variants/simple/{PROJECT}/">{counts["variants"]} variant wheel(s)</a></p>\n')
     return _page(f"{PROJECT} binary wheels", "<h1>Binary OpenEquivariance wheels (no compiler needed)</h1>\n"
                  + "".join(rows) + f'<p><a href="SHA256SUMS">SHA256SUMS</a> · '
                  f'<a href="https://github.com/{html.escape(pins.repository)}">source</a></p>\n')
@@ -223,17 +252,27 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
         files = tmp / "files"
         files.mkdir()
         meta = {}
+        variant_wheels = [w for w in wheels if variants.line_of(pins, w.name)]
         for w in wheels:
             shutil.copyfile(w.path, files / w.name)
-            meta[w.name] = _metadata(w.path)
-            (files / f"{w.name}.metadata").write_bytes(meta[w.name])
+            if w not in variant_wheels:
+                meta[w.name] = _metadata(w.path)
+                (files / f"{w.name}.metadata").write_bytes(meta[w.name])
         # One index per line, whatever the architecture: pip picks a wheel by its platform tag.
-        by_line = {n: [w for w in wheels if line_of_file(w.name, pins).name == n] for n in pins.line_names}
+        by_line = {n: [w for w in wheels if w not in variant_wheels and line_of_file(w.name, pins).name == n]
+                   for n in pins.line_names}
         for name in pins.line_names:
             _write_line(tmp, pins.line_builds(name)[0], by_line[name], meta, projects(pins))
-        (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
+        if variant_wheels:
+            _write_variants(tmp, variant_wheels, pins)
+        sums = [(w.sha256, w.name) for w in wheels]
+        if variant_wheels:
+            name, doc = variants.index_file(pins)
+            sums.append((hashlib.sha256(doc).hexdigest(), name))
+        (tmp / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for h, n in sums))
         (tmp / ".nojekyll").write_text("")
-        (tmp / "index.html").write_text(_landing(pins, {k: len(v) for k, v in by_line.items()}))
+        (tmp / "index.html").write_text(_landing(pins, {**{k: len(v) for k, v in by_line.items()},
+                                                        "variants": len(variant_wheels)}))
         old = site.with_name(f".{site.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if site.exists():

@@ -73,3 +73,27 @@ def test_a_free_threaded_cpython_installs_its_own_wheel_and_keeps_the_gil_off(ft
     (stubs,) = installmatrix.stubs_shown(table)
     assert stubs or pypi_mirror.standin_url() is None, table
     record_property("load stubs", stubs)
+
+
+def test_one_variant_index_gives_each_driver_its_line_with_uv_and_pip_reads_none(cp311_oeq_wheel, cp311_oeq_cu12_wheel,
+                                                                                capsys, tmp_path, record_property):
+    """PEP 825 wheel variants, proven with uv itself (oeq_wheels/checks/variant_index.py): one --extra-index-url, the
+    site's /variants/simple/; a driver of CUDA 13 presented (uv's provider override, then a stand-in nvidia-smi on
+    PATH) with FastMACE's torch gets the cu13 variant, one of CUDA 12.8 with the cu128 line's torch the cu12 one;
+    each loads with every compiler a sentinel. With no driver, or without the preview flag, uv refuses (the release
+    "cannot be used"); pip reads no variant wheel and finds none there."""
+    from oeq_wheels.checks import variant_index
+    from oeq_wheels.oeq import variants
+    assert variant_index.run(cp311_oeq_wheel.parent.with_name("dist"), "3.11", standins=True,
+                             uv_cache=tmp_path / "uv-cache") == 0
+    table = capsys.readouterr().out
+    pins = P.load()
+    for line in (pins.oeq_line("cu130"), pins.oeq_line("cu128")):
+        for how in variant_index.DRIVERS:
+            assert f"{line.name} via variants (driver {line.cuda} by {how})" in table, table
+    assert table.count("OEq precompiled (our binary wheel") == 4 and table.count("PASS") == 7, table
+    refused = [row for row in table.splitlines() if "refused: " in row]
+    assert len(refused) == 3 and all(f"openequivariance=={pins.oeq.version}+" in r for r in refused[:2]) and \
+        variant_index.PIP_SKIPS in refused[2], table
+    record_property("load stubs", sorted({s for row in installmatrix.stubs_shown(table) for s in row}))
+    assert variants.release_version(pins).endswith(pins.variants.local_version)

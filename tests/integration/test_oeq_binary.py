@@ -283,3 +283,54 @@ def test_a_free_threaded_cpython_has_its_own_wheel_and_the_gate_proves_its_build
         wf.write_files(str(unpacked))
     problems = verify_oeq_binary(bad, pins).problems
     assert any("but its module calls _Py_DecRefShared" in p for p in problems), problems
+
+
+def test_each_line_wheel_has_its_variant_and_the_gate_holds_label_json_and_build_together(cp311_oeq_wheel,
+                                                                                          cp311_oeq_cu12_wheel,
+                                                                                          cp311_wheel, tmp_path):
+    """The build packs each line wheel again as a PEP 825 variant of one release (oeq_wheels/oeq/variants.py): the same
+    libraries, the variants release's version, its variant.json; the gate passes it and refuses a label that is
+    another line's (its libraries are this line's CUDA), an edited variant.json under a consistent RECORD, and a
+    label on a fastmace-oeq-ext wheel."""
+    import shutil
+    from wheel.wheelfile import WheelFile
+    from oeq_wheels.gate import verify_any
+    from oeq_wheels.gate_common import split_variant
+    from oeq_wheels.oeq import variants
+    pins = P.load()
+    release = variants.release_version(pins)
+    made = {}
+    for line_wheel in (cp311_oeq_wheel, cp311_oeq_cu12_wheel):
+        name = variants.variant_name(pins, line_wheel.name)
+        made[name] = line_wheel.parent / "variants" / name
+        v = verify_any(made[name], pins)
+        assert v.ok, v.problems
+        with zipfile.ZipFile(line_wheel) as a, zipfile.ZipFile(made[name]) as b:
+            same = [n for n in a.namelist() if not n.startswith("openequivariance-") and a.read(n) == b.read(n)]
+            assert len(same) == len([n for n in a.namelist() if ".dist-info/" not in n])  # every library and file
+            info = f"openequivariance-{release}.dist-info"
+            assert OeqBuild.from_json(b.read(f"{info}/{OEQ_BUILD_FILE}").decode()).version == release
+    cu12 = made[variants.variant_name(pins, cp311_oeq_cu12_wheel.name)]
+    # the cu12 build under the cu13 label
+    relabeled = tmp_path / cu12.name.replace("-cu12.whl", "-cu13.whl")
+    shutil.copyfile(cu12, relabeled)
+    problems = verify_any(relabeled, pins).problems
+    assert any("variant.json is not the cu13 variant" in p for p in problems), problems
+    assert any("libcudart.so.12" in p for p in problems), problems  # the libraries are CUDA 12's
+    # variant.json edited (the cu12 wheel claiming every driver), RECORD made consistent
+    unpacked = tmp_path / "u"
+    with zipfile.ZipFile(cu12) as zf:
+        zf.extractall(unpacked)
+    vj = unpacked / f"openequivariance-{release}.dist-info" / variants.FILE_NAME
+    vj.write_text(vj.read_text().replace('"13"', '"99"'))
+    edited = tmp_path / "o" / cu12.name
+    edited.parent.mkdir()
+    with WheelFile(tmp_path / "o" / split_variant(cu12.name)[0], "w") as wf:
+        wf.write_files(str(unpacked))
+    (tmp_path / "o" / split_variant(cu12.name)[0]).rename(edited)
+    problems = verify_any(edited, pins).problems
+    assert [p for p in problems if "variant.json is not the cu12 variant" in p] and len(problems) == 1, problems
+    # a label on a wheel of the other product
+    fake = tmp_path / cp311_wheel.name.replace(".whl", "-cu13.whl")
+    shutil.copyfile(cp311_wheel, fake)
+    assert "only openequivariance has variants" in verify_any(fake, pins).problems[0]

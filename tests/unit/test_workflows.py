@@ -73,7 +73,8 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     assert "name: wheels\n          path: dist/*.whl" in build and "name: wheels" in pypi
     assert "oeq-wheels" not in pypi and "dist-extra" not in pypi
     # The binary OEq wheels and SHA256SUMS are built, kept and attached to the release.
-    assert "path: dist-extra/*.whl" in build and "dist-extra/SHA256SUMS" in build
+    assert "path: |\n            dist-extra/*.whl\n            dist-extra/variants/*.whl" in build and \
+        "dist-extra/SHA256SUMS" in build  # the lines' wheels and their PEP 825 variants
     assert "make install-matrix" in build and "x86_64_torches" in build  # both CUDA lines (release_plan), before
     # anything is published
     assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
@@ -305,7 +306,7 @@ def test_every_wheel_the_release_attaches_and_serves_is_attested_with_least_priv
     assert attest["needs"] == "preflight"  # before any upload
     assert downloads(attest) == {"wheels": "dist", "oeq-wheels": "dist-extra"}  # both packages' wheels
     (step,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
-    assert step["with"]["subject-path"].split() == ["dist/*.whl", "dist-extra/*.whl"]
+    assert step["with"]["subject-path"].split() == ["dist/*.whl", "dist-extra/*.whl", "dist-extra/variants/*.whl"]
     from oeq_wheels import pins as P
     assert f"gh attestation verify WHEEL --repo {P.load().repository}" in (REPO / "README.md").read_text()
 
