@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "runtime"))
 
 from oeq_wheels import build, pins as P, driver_stub, tags
-from oeq_wheels.inputs import fetch, unpack, members, pythons  # noqa: E402
+from oeq_wheels.inputs import fetch, freethreaded, unpack, members, pythons  # noqa: E402
 from oeq_wheels.checks import sentinels, venvs
 
 from oeq_wheels import toolchain as cc
@@ -142,14 +142,17 @@ def stable_floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
         cmds.append([tool.cxx, "-c", str(trees.ext / "stubs" / "stream.cpp"), "-o", str(tmp / f"stream-{line.key}.o"),
                      *base.stream_stub()])
         for v in line.pythons:
-            r = stable.Recipe(trees, shim, python_include=os.path.realpath(pythons.find(v).include), torch_label="torch",
-                              tls_gnu2=gnu2)
+            ft = P.free_threaded(v)  # its headers from its pinned source, as the build takes them
+            include = (freethreaded.headers(pins.freethreaded[v], cache) if ft else pythons.find(v)).include
+            r = stable.Recipe(trees, shim, python_include=os.path.realpath(include), torch_label="torch",
+                              tls_gnu2=gnu2, limited_api=line.is_abi3(v), free_threaded=ft)
             cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"mod-{line.key}-{v}-{i}.o"), *r.module()]
                      for i, s in enumerate(stable.SOURCES)]
             if (line.arch.name, v) not in nanobind_done:  # nanobind's objects serve every line of one architecture
                 nanobind_done.add((line.arch.name, v))
                 cmds += [[tool.cxx, "-c", str(trees.nanobind / "src" / s), "-o",
-                          str(tmp / f"nb-{line.arch.name}-{v}-{s}.o"), *r.nanobind()] for s in stable.NANOBIND_SOURCES]
+                          str(tmp / f"nb-{line.arch.name}-{v}-{s}.o"), *r.nanobind()]
+                         for s in stable.nanobind_sources(ft)]
     return cmds
 
 

@@ -394,6 +394,11 @@ def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpr
         if digest != pinned:
             differs = (f"CPython {interp.full_version}'s headers ({interp.executable}: {digest[:12]}) are not the "
                        f"pinned ones ({version}: {pinned[:12] or 'none pinned'})")
+            if strict and pins_mod.free_threaded(v):  # made here from its pinned source: no other to install
+                raise BuildError(f"{differs}, so its wheels would not be the released bytes; this host's configure "
+                                 "gave another pyconfig.h where Python.h reads it: pin these headers in "
+                                 "oeq_wheels/pins.toml [toolchain.pythons] (and record the new bytes), or build with "
+                                 "--toolchain host (not the released bytes)")
             if strict:
                 raise BuildError(f"{differs}, so its wheels would not be the released bytes; install CPython "
                                  f"{version} where the build finds it first (/opt/python/{interp.cp_tag}-"

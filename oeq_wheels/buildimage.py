@@ -48,7 +48,7 @@ class BuildImageError(OeqWheelsError):
 def interpreters(pins: pins_mod.Pins) -> list[pythons.Interpreter]:
     """This host's CPythons of the versions pins.toml [toolchain.pythons] names (those it has)."""
     out = []
-    for v in pins.toolchain.pythons:
+    for v in (v for v in pins.toolchain.pythons if not pins_mod.free_threaded(v)):  # the build makes those itself
         try:
             out.append(pythons.find(v))
         except pythons.PythonNotFound:

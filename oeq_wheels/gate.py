@@ -9,7 +9,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from . import pins as pins_mod
 from .ext.gate import verify_wheel
 from .oeq.gate import verify_oeq_binary
-from .gate_common import Verdict, split_variant
+from .gate_common import Verdict
+from .tags import split_variant
 
 
 def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:

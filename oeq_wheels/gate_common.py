@@ -28,7 +28,7 @@ from . import pins as pins_mod, proc
 from .elf import elf_facts
 from .errors import OeqWheelsError
 from .files import remembered, sha256_file
-from .tags import audit, external_ok, manylinux_version, proven_tag, tag_arch
+from .tags import audit, external_ok, manylinux_version, proven_tag, split_variant, tag_arch
 
 
 # Libraries every manylinux system has (auditwheel's policies whitelist them); the architecture's dynamic loader
@@ -186,20 +186,6 @@ def _check_archive(wheel: Path) -> tuple[list[zipfile.ZipInfo], str | None]:
             if h.hexdigest() != digest:
                 return infos, f"{i.filename} does not match its sha256 in RECORD"
     return infos, None
-
-
-VARIANT_LABEL = re.compile(r"[a-z0-9_.]+")
-
-
-def split_variant(name: str) -> tuple[str, str | None]:
-    """(the file name without its variant label, the label) of a PEP 825 variant wheel, whose name ends in its label
-    after the platform tag ({name}-{version}[-{build}]-{py}-{abi}-{platform}-{label}.whl; of six parts, the third is
-    a build tag only when it starts with a digit, as uv reads them); (name, None) for any other file name."""
-    parts = name.removesuffix(".whl").split("-")
-    if name.endswith(".whl") and VARIANT_LABEL.fullmatch(parts[-1]) and \
-            (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())):
-        return "-".join(parts[:-1]) + ".whl", parts[-1]
-    return name, None
 
 
 def open_wheel(wheel: Path, v: Verdict):

@@ -7,7 +7,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from .files import write_atomic
-from .gate_common import split_variant
+from .tags import split_variant
 
 
 def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: float, toolchain,

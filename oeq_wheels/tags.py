@@ -34,9 +34,23 @@ def tag_arch(tag: str) -> str | None:
     return m.group(1) if m else None
 
 
+VARIANT_LABEL = re.compile(r"[a-z0-9_.]+")
+
+
+def split_variant(name: str) -> tuple[str, str | None]:
+    """(the file name without its variant label, the label) of a PEP 825 variant wheel, whose name ends in its label
+    after the platform tag ({name}-{version}[-{build}]-{py}-{abi}-{platform}-{label}.whl; of six parts, the third is
+    a build tag only when it starts with a digit, as uv reads them); (name, None) for any other file name."""
+    parts = name.removesuffix(".whl").split("-")
+    if name.endswith(".whl") and VARIANT_LABEL.fullmatch(parts[-1]) and \
+            (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return name, None
+
+
 def wheel_arch(filename: str) -> str | None:
-    """The architecture of a (single-tag) wheel, by its file name."""
-    return tag_arch(next(iter(parse_wheel_filename(filename)[3])).platform)
+    """The architecture of a (single-tag) wheel, by its file name (a variant wheel's too)."""
+    return tag_arch(next(iter(parse_wheel_filename(split_variant(filename)[0])[3])).platform)
 
 
 def external_ok(p: pins_mod.Pins) -> frozenset[str]:

@@ -383,8 +383,8 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
     outdir = Path(outdir).resolve()
     extra = extra_dir(outdir)
     wheels = site_mod.from_outdir(extra, pins) if extra.is_dir() else []
-    built = {(site_mod.line_of_file(w.name, pins).name, wheel_arch(w.name))
-             for w in wheels if w.name.startswith("openequivariance-")}
+    built = {(line.name, wheel_arch(w.name)) for w in wheels
+             if w.name.startswith("openequivariance-") and (line := site_mod.line_of_file(w.name, pins))}
     missing = sorted({c.line.key for c in cases if (c.line.name, c.line.arch.name) not in built})
     if missing:
         raise UsageError(f"no openequivariance wheel of {', '.join(missing)} in {extra}; build first (make wheels)")

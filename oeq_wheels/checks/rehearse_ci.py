@@ -405,7 +405,8 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         if os.geteuid() == 0 and fresh:  # the runner user's caches, emptied before anything is put there
             for c in (".cache", ".local/share/uv"):
                 shutil.rmtree(home / c, ignore_errors=True)
-        versions = [v for v, _ in sorted(pins.toolchain.pythons.items())]
+        # (a free-threaded one is no runner's: the build makes it from its pinned source)
+        versions = [v for v, _ in sorted(pins.toolchain.pythons.items()) if not pins_mod.free_threaded(v)]
         toolcache = tool_cache(tool_cache_dir(home), versions)
         hostcc = host_compiler(ws / "hostcc")
         standins = clone / STANDIN_DIR.relative_to(REPO)
@@ -474,7 +475,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         problems = check_published(ws, recorded, complete=not (jobs or python))
         if python:  # the slice publishes nothing: its build's own wheels are held to the record
             # act removes its workspace with the job: the wheels are those the job's own steps kept as artifacts
-            built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/*.whl"))
+            built = sorted(ws.glob("artifacts/wheels/*.whl")) + sorted(ws.glob("artifacts/oeq-wheels/**/*.whl"))  # variants/ too
             problems += [f"slice: {line}" for line in slice_problems(recorded, built, python)]
             if not problems:
                 say(slice_line(len(built), python))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..files import sha256_file, temp_prefix
-from ..pins import cp_tag
+from ..pins import cp_tag, free_threaded
 
 PROBE = (
     "import sys, sysconfig, json, os;"
@@ -141,11 +141,42 @@ def as_installed(prefix: Path, keep: tuple[str, ...] = ()):
     return ignore
 
 
-def headers_digest(include: Path) -> str:
-    """What a CPython's C headers are: every file's relative name and sha256, in order."""
+_DEFINE = re.compile(r"^#define\s+(\w+)\b.*$", re.M)
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+_QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def abi_pyconfig(include: Path) -> bytes:
+    """pyconfig.h as an extension reads it: its #define lines whose names Python.h or a header it includes names,
+    sorted. The rest (which libraries and functions configure found on the build host: curses, readline) no
+    extension's compile sees."""
+    include = Path(include)
+    used: set[str] = set()
+    todo, seen = [include / "Python.h"], set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file() or path.name == "pyconfig.h":
+            continue
+        seen.add(path)
+        text = path.read_text(errors="replace")
+        used |= set(_IDENT.findall(text))
+        todo += [d / name for name in _QUOTED.findall(text) for d in (path.parent, include)]
+    text = (include / "pyconfig.h").read_text(errors="replace")
+    return "\n".join(sorted(m.group(0).strip() for m in _DEFINE.finditer(text) if m.group(1) in used)).encode()
+
+
+def headers_digest(include: Path, abi_only: bool = False) -> str:
+    """What a CPython's C headers are: every file's relative name and sha256, in order. abi_only: pyconfig.h by what
+    the other headers read of it (abi_pyconfig): for a CPython configured on the build host (inputs/freethreaded.py),
+    whose pyconfig.h also says what that host's libraries are."""
     h = hashlib.sha256()
     for path in sorted(p for p in Path(include).rglob("*") if p.is_file()):
-        h.update(f"{path.relative_to(include).as_posix()}\0{sha256_file(path)}\n".encode())
+        rel = path.relative_to(include).as_posix()
+        sha = hashlib.sha256(abi_pyconfig(include)).hexdigest() if abi_only and rel == "pyconfig.h" \
+            else sha256_file(path)
+        h.update(f"{rel}\0{sha}\n".encode())
     return h.hexdigest()
 
 
@@ -153,7 +184,8 @@ def headers(interp: Interpreter, cache: Path) -> tuple[Path, str]:
     """(the interpreter's C headers as a build input, their digest): copied once into the cache, named by content,
     where the pinned build root sees them as well (a system CPython's lie under the host's /usr, which the root
     replaces). The compiler's prefix map names them python3.X, so where they lie does not reach the bytes."""
-    digest = headers_digest(Path(interp.include))
+    abi_only = free_threaded(interp.version)  # configured here: pyconfig.h also names this host's libraries
+    digest = headers_digest(Path(interp.include), abi_only)
     # named as an installed CPython names them (include/python3.X), in a folder named by content
     target = cache / "extract" / f"cpython-{interp.full_version}-headers-{digest[:16]}" / f"python{interp.version}"
     if not (target / ".complete").is_file():
@@ -166,7 +198,7 @@ def headers(interp: Interpreter, cache: Path) -> tuple[Path, str]:
             if (Path("/usr/include") / rel).is_file():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(Path("/usr/include") / rel, tmp / rel)
-        if headers_digest(Path(interp.include)) != digest:
+        if headers_digest(Path(interp.include), abi_only) != digest:
             raise PythonNotFound(f"CPython {interp.full_version}'s headers ({interp.include}) changed while copied")
         (tmp / ".complete").write_text(digest)
         shutil.rmtree(target, ignore_errors=True)

@@ -13,8 +13,8 @@ from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from .. import pins as pins_mod
 from ..elf import dynamic_symbols, TORCH_CXX
 from ..files import remembered
-from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, split_variant, Verdict
-from ..tags import tag_arch
+from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, Verdict
+from ..tags import split_variant, tag_arch
 
 
 def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:

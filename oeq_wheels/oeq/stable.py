@@ -33,6 +33,12 @@ SOURCES = ("libtorch_tp_jit_stable.cpp", "json11/json11.cpp")
 NANOBIND_SOURCES = ("nb_internals.cpp", "nb_func.cpp", "nb_type.cpp", "nb_enum.cpp", "nb_ndarray.cpp",
                     "nb_static_property.cpp", "nb_datetime.cpp", "common.cpp", "error.cpp", "trampoline.cpp",
                     "implicit.cpp")
+
+
+def nanobind_sources(free_threaded: bool) -> tuple[str, ...]:
+    return (*NANOBIND_SOURCES, *(("nb_ft.cpp",) if free_threaded else ()))
+
+
 # nanobind-static's PUBLIC options (NB_OPT_SIZE configurations, Release included).
 NB_SECTIONS = ["-ffunction-sections", "-fdata-sections"]
 # STABLE_ABI: the library becomes nanobind-static-abi3 (the same sources and flags) with this PUBLIC definition, so
@@ -191,8 +197,7 @@ def compile_all(recipe: Recipe, objects: ObjectCache, jobs_pool, python: bool) -
     ext, nb = recipe.trees.ext, recipe.trees.nanobind
     if python:
         jobs = [("module", ext / s, recipe.module()) for s in SOURCES]
-        jobs += [("nanobind", nb / "src" / s, recipe.nanobind())
-                 for s in (*NANOBIND_SOURCES, *(["nb_ft.cpp"] if recipe.free_threaded else []))]
+        jobs += [("nanobind", nb / "src" / s, recipe.nanobind()) for s in nanobind_sources(recipe.free_threaded)]
     else:
         jobs = [("aoti", ext / s, recipe.aoti()) for s in SOURCES]
     results = list(jobs_pool.map(lambda j: (j[0], *objects.compile(j[1], j[2])), jobs))

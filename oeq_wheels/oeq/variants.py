@@ -24,8 +24,7 @@ from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
 from .. import pins as pins_mod
 from ..errors import OeqWheelsError
-from ..gate_common import split_variant
-from ..tags import tag_arch
+from ..tags import split_variant, tag_arch
 from .. import wheelfile
 
 FILE_NAME = "variant.json"   # in the wheel's .dist-info

@@ -258,7 +258,8 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
               f"{', '.join(w.name for w in same)}")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
-              f"the {len(oeq)} served wheel(s) (openequivariance and its lines' {pins.package_name}) go to the "
+              f"the {len(oeq)} served wheel(s) (openequivariance, its lines' {pins.package_name} and the lines' "
+              "wheel variants) go to the "
               "GitHub release and its site only"
               + ("" if index else " (files already on the index are checked at upload time, or with --check-index)"))
         return 0

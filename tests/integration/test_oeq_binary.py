@@ -295,7 +295,7 @@ def test_each_line_wheel_has_its_variant_and_the_gate_holds_label_json_and_build
     import shutil
     from wheel.wheelfile import WheelFile
     from oeq_wheels.gate import verify_any
-    from oeq_wheels.gate_common import split_variant
+    from oeq_wheels.tags import split_variant
     from oeq_wheels.oeq import variants
     pins = P.load()
     release = variants.release_version(pins)

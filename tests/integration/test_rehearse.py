@@ -101,9 +101,10 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     every link checked, then README's first install line verbatim (site address substituted), compilers hidden."""
     r = run_cli("rehearse", str(cp311_wheel.parent), "--installer", "pip", "--command", "0")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    # Renamed: the three OEq wheels (cu130 x86_64 and aarch64, cu128) and the cu130 fastmace-oeq-ext (+ -> .).
+    # Renamed: the three OEq wheels (cu130 x86_64 and aarch64, cu128), their three variants and the cu130
+    # fastmace-oeq-ext (+ -> .).
     v = re.escape(P.load().oeq.version)
-    assert re.search(rf"the host renamed 4, e.g. \S+-{v}(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
+    assert re.search(rf"the host renamed {3 + 3 + 1}, e.g. \S+-{v}(\.post\d+)?\+oeqwheels.cu1[0-9.]+-cp311-\S+ -> "
                      rf"\S+-{v}(\.post\d+)?.oeqwheels.cu1", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
     assert f"README: {install_lines.ours(P.load())[0]}" in r.stderr

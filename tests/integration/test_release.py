@@ -14,7 +14,8 @@ from damage import forgeries
 from oeq_wheels import pins as P
 
 from oeq_wheels.release import publish
-from oeq_wheels.output import extra_dir
+from oeq_wheels.oeq import variants
+from oeq_wheels.output import extra_dir, variants_dir
 
 
 def only_cp311(pins):
@@ -25,7 +26,8 @@ def only_cp311(pins):
 
 
 def release_dir(tmp_path, wheel, oeq_wheels):
-    """A build's output as the release sees it: OUTDIR and OUTDIR-extra (oeq_wheels: a list, or one wheel)."""
+    """A build's output as the release sees it: OUTDIR and OUTDIR-extra (oeq_wheels: a list, or one wheel), each OEq
+    wheel's PEP 825 variant in OUTDIR-extra/variants."""
     out = tmp_path / "dist"
     out.mkdir(parents=True)
     extra_dir(out).mkdir()
@@ -33,6 +35,10 @@ def release_dir(tmp_path, wheel, oeq_wheels):
         shutil.copy(wheel, out)
     for w in oeq_wheels if isinstance(oeq_wheels, list) else [oeq_wheels] if oeq_wheels else []:
         shutil.copy(w, extra_dir(out))
+        variant = variants_dir(w.parent) / str(variants.variant_name(P.load(), w.name))  # an OEq wheel's, beside it
+        if variant.is_file():
+            variants_dir(extra_dir(out)).mkdir(exist_ok=True)
+            shutil.copy(variant, variants_dir(extra_dir(out)))
     return out
 
 
@@ -70,7 +76,9 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, 
     assert r.stdout.count(": OK") == 4  # the served wheels sit beside SHA256SUMS
     printed = capsys.readouterr().out
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
-    assert "the 4 served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) go to the GitHub release" \
+    # the three OEq wheels, their three variants, the cu130 fastmace-oeq-ext
+    assert "the 7 served wheel(s) (openequivariance, its lines' fastmace-oeq-ext and the lines' wheel variants) go to " \
+           "the GitHub release" \
         in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
     from oeq_wheels.release import site

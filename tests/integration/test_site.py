@@ -64,8 +64,9 @@ def test_one_index_per_line_each_link_with_its_hashes_and_metadata(cp311_wheel, 
     assert not (root / "cu128" / "simple" / "fastmace-oeq-ext").exists()
     assert '<a href="fastmace-oeq-ext/">' in (root / "cu130" / "simple" / "index.html").read_text()
     sums = (root / "SHA256SUMS").read_text()
-    # OEq cu130 x86_64 and aarch64, OEq cu128, the cu130 fastmace-oeq-ext
-    assert sums.count("\n") == 4 and (root / ".nojekyll").exists()
+    # OEq cu130 x86_64 and aarch64, OEq cu128, the cu130 fastmace-oeq-ext; the three OEq wheels' variants and the
+    # variants JSON (tests/unit/test_variants.py holds their page)
+    assert sums.count("\n") == 4 + 3 + 1 and (root / ".nojekyll").exists()
     landing = (root / "index.html").read_text()
     assert all(cmd in landing.replace("&amp;", "&") for cmd in install_lines.ours(pins))
     assert "R570" in landing and "R580" in landing

@@ -66,3 +66,23 @@ def test_headers_that_are_not_the_pinned_ones_stop_a_pinned_build_in_one_line(tm
                                                                      pythons={"3.11": (full, digest)}))
     assert build.pythons_with_headers(pinned, {"3.11": interp}, tmp_path / "cache")["3.11"].include.endswith("python3.11")
     assert "NOTE" not in capsys.readouterr().err
+
+
+def test_a_free_threaded_cpythons_headers_count_only_what_python_h_reads_of_its_pyconfig(tmp_path):
+    """A free-threaded CPython is configured on the build host (oeq_wheels/inputs/freethreaded.py), whose pyconfig.h
+    also says which libraries that host has: its pinned digest counts only the #defines Python.h, or a header it
+    includes, names; another host's curses or readline does not stop the build, another Py_GIL_DISABLED does."""
+    include = tmp_path / "python3.14t"
+    (include / "cpython").mkdir(parents=True)
+    (include / "Python.h").write_text('#include "pyconfig.h"\n#include "cpython/object.h"\n')
+    (include / "cpython" / "object.h").write_text("#ifdef Py_GIL_DISABLED\n#endif\n")
+    (include / "py_curses.h").write_text("#ifdef HAVE_CURSES_H\n#endif\n")  # no extension's compile includes it
+    def digest(pyconfig):
+        (include / "pyconfig.h").write_text(pyconfig)
+        return pythons.headers_digest(include, abi_only=True)
+    base = digest("#define Py_GIL_DISABLED 1\n#define HAVE_CURSES_H 1\n")
+    assert pythons.abi_pyconfig(include) == b"#define Py_GIL_DISABLED 1"
+    assert digest("#define HAVE_CURSES_H 1\n/* another host */\n#define Py_GIL_DISABLED 1\n") == base
+    assert digest("#define Py_GIL_DISABLED 1\n") == base
+    assert digest("#define HAVE_CURSES_H 1\n") != base
+    assert pythons.headers_digest(include) != pythons.headers_digest(include, abi_only=True)  # GIL builds: every byte

@@ -6,7 +6,7 @@ import json
 import zipfile
 
 from oeq_wheels import pins as P
-from oeq_wheels.gate_common import split_variant
+from oeq_wheels.tags import split_variant
 from oeq_wheels.oeq import variants
 from oeq_wheels.release import site
 
