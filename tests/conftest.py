@@ -142,24 +142,25 @@ def cp311_oeq_wheel(cp311_wheel) -> Path:
     return oeq_wheel_of(cp311_wheel.parent, "cu130")
 
 
+def x86_64_oeq_wheel(tmp_path_factory, cache, python: str) -> Path:
+    """The CUDA 13 line's x86_64 wheel of one CPython, built with every line's beside it."""
+    out = tmp_path_factory.mktemp(f"py{python}") / "dist"
+    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
+        rows, failures = build.run(out, [python], cache=cache, arches=["x86_64"])
+    assert not failures, failures
+    return oeq_wheel_of(out, "cu130")
+
+
 @pytest.fixture(scope="session")
 def abi3_oeq_wheel(tmp_path_factory, cache) -> Path:
     """The CUDA 13 line's stable-ABI x86_64 wheel (cp312-abi3: CPython 3.12 and every later one)."""
-    out = tmp_path_factory.mktemp("abi3") / "dist"
-    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
-        rows, failures = build.run(out, ["3.12"], cache=cache, arches=["x86_64"])
-    assert not failures, failures
-    return oeq_wheel_of(out, "cu130")
+    return x86_64_oeq_wheel(tmp_path_factory, cache, "3.12")
 
 
 @pytest.fixture(scope="session")
 def ft_oeq_wheel(tmp_path_factory, cache) -> Path:
     """The CUDA 13 line's free-threaded x86_64 wheel (cp314-cp314t), the cu128 line's beside it."""
-    out = tmp_path_factory.mktemp("ft") / "dist"
-    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
-        rows, failures = build.run(out, ["3.14t"], cache=cache, arches=["x86_64"])
-    assert not failures, failures
-    return oeq_wheel_of(out, "cu130")
+    return x86_64_oeq_wheel(tmp_path_factory, cache, "3.14t")
 
 
 @pytest.fixture(scope="session")
