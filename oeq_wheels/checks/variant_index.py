@@ -45,6 +45,7 @@ case "$*" in
 esac
 """
 DRIVER_OF = {"12": "570.195.03", "13": "580.105.08"}  # a driver of each CUDA major, as nvidia-smi names one
+NEWEST_DRIVER = DRIVER_OF["13"]  # for a CUDA major without one here
 # uv 0.13.9's refusal when no variant matches: "... has only unsupported wheel variants ..." where every wheel is of
 # this platform; with other platforms' wheels on the page (aarch64's), it names a platform tag instead ("has no wheels
 # with a matching platform tag"). Either way the release "cannot be used" and nothing is installed.
@@ -59,7 +60,7 @@ def torch_of(line: pins_mod.OeqLine, pins: pins_mod.Pins) -> str:
 def standin_nvidia_smi(folder: Path, cuda: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     smi = folder / "nvidia-smi"
-    smi.write_text(NVIDIA_SMI.format(driver=DRIVER_OF.get(cuda.split(".")[0], "580.105.08"), cuda=cuda))
+    smi.write_text(NVIDIA_SMI.format(driver=DRIVER_OF.get(cuda.split(".")[0], NEWEST_DRIVER), cuda=cuda))
     smi.chmod(0o755)
     return folder
 
@@ -120,30 +121,28 @@ def run(outdir: Path, python: str = "3.11", drivers: tuple[str, ...] = DRIVERS, 
 
 
 def _others(pins: pins_mod.Pins, line: pins_mod.OeqLine, url: str, base: str, tmp: Path, say) -> list[Case]:
-    """uv with no driver and pip, each given the variant index: refusals, nothing installed or compiled."""
+    """uv with no driver, uv without the preview and pip, each given the variant index: refusals, nothing installed
+    or compiled."""
     log = tmp / "sentinel.log"
     sbin = sentinels.make(tmp / "sentinels", log, INSTALL_SENTINELS)
     env = {k: v for k, v in venvs.pip_env().items() if not k.startswith(("UV_", "NV_VARIANT_"))}
     env.update(venvs.index_env(False), PATH=f"{sbin}{os.pathsep}{env['PATH']}", UV_NO_CONFIG="1")
     venv = tmp / "refusals"
     proc.run([base, "-m", "venv", str(venv)], env=env, check=True, capture_output=True)
-    want = f"openequivariance=={pins.oeq.version}"
+    vpy = str(venv / "bin" / "python")
+    resolve = ["install", "--dry-run", "--no-deps", f"openequivariance=={pins.oeq.version}", "--index-url", url]
+    uv = [sys.executable, "-m", "uv", "pip", *resolve, "--python", vpy]
     out = []
     none = Case("", "uv", line, variant="none")
     if _driver_here():
         none.path, none.result, none.ok = "not run", "a driver is present here: uv would read it", True
         out.append(none)
     else:
-        out.append(_refusal(none, [sys.executable, "-m", "uv", "pip", "install", "--dry-run", "--no-deps",
-                                   "--python", str(venv / "bin" / "python"), "--preview-features", "wheel-variants",
-                                   want, "--index-url", url], env, NO_VARIANT, say))
+        out.append(_refusal(none, [*uv, "--preview-features", "wheel-variants"], env, NO_VARIANT, say))
     plain = Case("", "uv", line, variant="no preview")  # the preview off: variant wheels are no candidates
-    out.append(_refusal(plain, [sys.executable, "-m", "uv", "pip", "install", "--dry-run", "--no-deps",
-                                "--python", str(venv / "bin" / "python"), want, "--index-url", url],
-                        {**env, FORCE: line.cuda}, NO_VARIANT, say))
+    out.append(_refusal(plain, uv, {**env, FORCE: line.cuda}, NO_VARIANT, say))
     pip = Case("", "pip", line, variant="pip")
-    out.append(_refusal(pip, [str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--no-deps",
-                              want, "--index-url", url], env, PIP_SKIPS, say))
+    out.append(_refusal(pip, [vpy, "-m", "pip", *resolve], env, PIP_SKIPS, say))
     if log.exists() and log.read_text().strip():
         for c in out:
             c.ok, c.result = False, f"FAIL: a build tool was called: {log.read_text().strip()[:200]}"

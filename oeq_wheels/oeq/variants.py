@@ -7,7 +7,7 @@ and its label at the end of its file name (`...-manylinux_2_28_x86_64-cu13.whl`)
 (cu13, cu12); its properties are what uv's built-in NVIDIA provider reads from the driver: the line's CUDA release as
 `cuda_version_lower_bound` (inclusive) and, below the newest line, the next line's major as
 `cuda_version_upper_bound` (exclusive). So a CUDA 12.8 driver gets cu12, a CUDA 13 one cu13; a driver older than
-every line, or none, gets no variant (uv says "only unsupported wheel variants"). The index's
+every line, or none, gets no variant (uv refuses: the release "cannot be used", checks/variant_index.py). The index's
 `openequivariance-<version>-variants.json` lists every label. uv 0.13 installs no provider plugin: it uses its own
 port of one only where the declaration names it exactly (pins.toml [oeq_binary.variants] provider).
 """
@@ -122,6 +122,6 @@ def make(wheel: Path, line: pins_mod.OeqLine, p: pins_mod.Pins, out_dir: Path) -
         wheelfile.fix_modes(staged)
         packed = wheelfile.pack(staged, Path(tmp) / "out", p.source_date_epoch)
         out_dir.mkdir(parents=True, exist_ok=True)
-        dest = out_dir / f"{packed.name.removesuffix('.whl')}-{label(line)}.whl"
+        dest = out_dir / variant_name(p, wheel.name)  # the packed name with the label after its platform tag
         shutil.move(packed, dest)
     return dest

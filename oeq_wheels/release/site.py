@@ -201,11 +201,10 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
     (site / line.name / "links.html").write_text(_page(f"{line.name} wheels", flat))
 
 
-def _write_variants(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> None:
-    """variants/simple/: the variant wheels of every line and the release's variants JSON, linked as PEP 825 asks
-    (beside the wheels, with its sha256). No PEP 658 metadata: uv reads a variant wheel's variant.json from the
-    wheel itself."""
-    name, doc = variants.index_file(pins)
+def _write_variants(site: Path, wheels: list[Wheel], name: str, doc: bytes) -> None:
+    """variants/simple/: the variant wheels of every line and the release's variants JSON (name, doc), linked as
+    PEP 825 asks (beside the wheels, with its sha256). No PEP 658 metadata: uv reads a variant wheel's variant.json
+    from the wheel itself."""
     (site / "files" / name).write_bytes(doc)
     files_rel = "../../../files/"
     entries = [(quote(w.name), w.sha256, w.name) for w in wheels] + \
@@ -263,11 +262,10 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
                    for n in pins.line_names}
         for name in pins.line_names:
             _write_line(tmp, pins.line_builds(name)[0], by_line[name], meta, projects(pins))
-        if variant_wheels:
-            _write_variants(tmp, variant_wheels, pins)
         sums = [(w.sha256, w.name) for w in wheels]
         if variant_wheels:
             name, doc = variants.index_file(pins)
+            _write_variants(tmp, variant_wheels, name, doc)
             sums.append((hashlib.sha256(doc).hexdigest(), name))
         (tmp / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for h, n in sums))
         (tmp / ".nojekyll").write_text("")
