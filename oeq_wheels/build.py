@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import wheel_build_flags
-from fastmace_oeq_ext.manifest import Input, Manifest
+from fastmace_oeq_ext.manifest import Input
 from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
 
 from . import buildroot, pins as pins_mod, driver_stub, elf, gate_common, tags
@@ -184,21 +184,17 @@ def build_one(sh: Shared, interp: pythons.Interpreter, outdir: Path, force: bool
         # One library, one wheel per OpenEquivariance FastMACE may find beside it (pins: oeq_variants).
         for vp in p.ext_variants:
             who = tag if vp.name == "pypi" else f"{tag}-{vp.name}"
-            manifest = Manifest(
-                package=p.package_name, extension_version=vp.version, variant=vp.name,
-                openequivariance=vp.oeq_exact, torch=p.matrix.consumer_torch, torch_index=p.consumer.torch_index,
-                oeq_sdist=entry(p.oeq), cuda=p.matrix.cuda, torch_git_version=tv["git_version"],
-                torch_wheel=entry(torch_pin), python=tag, python_built_with=interp.full_version, platform=platform,
-                library=p.library_file, sha256=lib_sha256, glibc_max_symbol=glibc,
-                cuda_wheels=tuple(entry(n) for n in p.matrix.nvidia), pybind11_wheel=entry(p.pybind11),
-                compiler=sh.toolchain.release, flags=tuple(flags), matrix=p.matrix.name)
+            manifest = assemble.make_manifest(
+                vp, torch_git_version=tv["git_version"], torch_wheel=entry(torch_pin), python=tag,
+                python_built_with=interp.full_version, platform=platform, sha256=lib_sha256, glibc_max_symbol=glibc,
+                compiler=sh.toolchain.release, flags=tuple(flags))
             with Stage(who, "wheel", timings):
                 staged = assemble.stage(vp, tmp / who / "final", library=lib, manifest=manifest,
                                         oeq_license=lic, py_version=interp.version,
                                         tag=wheelfile.wheel_tag(tag, platform))
                 whl = wheelfile.pack(staged, tmp / who / "out", p.source_date_epoch)
             check = lambda w: verify_wheel(w, p, expected_license=lic.read_bytes(), forbidden_paths=sh.forbidden,
-                                           memo_dir=sh.verdicts)
+                                           memo_dir=sh.verdicts, cache=sh.cache)
             # PyPI's wheel goes to OUTDIR; a binary OEq line's goes beside that line's OEq wheels (its index).
             rows.append(_verify_and_place(who, whl, check, "ELF, RECORD, auditwheel, twine check, licence, pins, "
                                           f"{p.consumer.label}", outdir if vp.name == "pypi" else extra_dir(outdir),
@@ -271,7 +267,7 @@ def build_oeq_binary(sh: Shared, lb: LineBuild, interp: pythons.Interpreter, out
                                  build_record=record.to_json())
             whl = wheelfile.pack(staged, tmp / "out", p.source_date_epoch)
         check = lambda w: verify_oeq_binary(w, p, line=ob, sdist_root=sh.oeq_root, cuda_root=lb.trees.cuda_root,
-                                                   memo_dir=sh.verdicts, forbidden_paths=sh.forbidden)
+                                                   memo_dir=sh.verdicts, forbidden_paths=sh.forbidden, cache=sh.cache)
         gates = ("ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, stable ABI"
                  + (", abi3audit" if abi3 else "") + (", free-threaded" if ob.free_threaded(interp.version) else ""))
         row = _verify_and_place(who, whl, check, gates, outdir, force, platform, timings, interp)

@@ -13,11 +13,12 @@ from .gate_common import Verdict
 from .tags import split_variant
 
 
-def verify_any(wheel: Path, p: pins_mod.Pins | None = None) -> Verdict:
+def verify_any(wheel: Path, p: pins_mod.Pins | None = None, cache: Path | None = None) -> Verdict:
     """Either product's whole gate, chosen by the wheel's project name. p: the pins to check against (None: a
-    fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance)."""
+    fastmace-oeq-ext wheel's own manifest matrix; the release pins for openequivariance). cache: where the gate
+    fetches what it compares with (None: the default cache)."""
     try:
         is_oeq = canonicalize_name(parse_wheel_filename(split_variant(wheel.name)[0])[0]) == "openequivariance"
     except InvalidWheelFilename:  # verify_wheel reports the bad name
         is_oeq = False
-    return verify_oeq_binary(wheel, p or pins_mod.load()) if is_oeq else verify_wheel(wheel, p)
+    return verify_oeq_binary(wheel, p or pins_mod.load(), cache=cache) if is_oeq else verify_wheel(wheel, p, cache=cache)

@@ -9,7 +9,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
 import fastmace_oeq_ext
-from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Manifest
+from fastmace_oeq_ext.manifest import FILE_NAME as MANIFEST_FILE, Input, Manifest
 
 from .. import __version__ as TOOL_VERSION, install_lines
 from ..pins import ExtVariant, Pins
@@ -95,6 +95,23 @@ def package_files(pins: Pins) -> tuple[str, ...]:
     """Every file of the package directory in the wheel (verify expects exactly these)."""
     return (*fastmace_oeq_ext.PYTHON_FILES, pins.library_file, MANIFEST_FILE, "LICENSE.openequivariance",
             "BUILD_COMPILER.txt")
+
+
+def pinned_fields(v: ExtVariant) -> dict:
+    """The manifest's fields the pins decide for a variant, whatever the build: what the build writes
+    (make_manifest) and what the gate holds a manifest to (gate.manifest_problems)."""
+    p = v.pins
+    entry = lambda pin: Input(pin.name, pin.version, pin.file, pin.sha256)
+    return dict(package=p.package_name, extension_version=v.version, variant=v.name, openequivariance=v.oeq_exact,
+                torch=p.matrix.consumer_torch, torch_index=p.consumer.torch_index, oeq_sdist=entry(p.oeq),
+                cuda=p.matrix.cuda, library=p.library_file, cuda_wheels=tuple(entry(n) for n in p.matrix.nvidia),
+                pybind11_wheel=entry(p.pybind11), matrix=p.matrix.name)
+
+
+def make_manifest(v: ExtVariant, **built) -> Manifest:
+    """The manifest of one build of a variant: the pinned fields and what the build found (torch_git_version,
+    torch_wheel, python, python_built_with, platform, sha256, glibc_max_symbol, compiler, flags)."""
+    return Manifest(**pinned_fields(v), **built)
 
 
 def stage(v: ExtVariant, root: Path, *, library: Path, manifest: Manifest, oeq_license: Path, py_version: str,

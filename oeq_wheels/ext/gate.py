@@ -27,9 +27,10 @@ def _variant_of(m: Manifest, pins: pins_mod.Pins | None, v: Verdict) -> pins_mod
 
 def verify_wheel(wheel: Path, pins: pins_mod.Pins | None = None, *, expected_license: bytes | None = None,
                  forbidden_paths: list[str] | None = None, twine: bool = True,
-                 memo_dir: Path | None = None) -> Verdict:
+                 memo_dir: Path | None = None, cache: Path | None = None) -> Verdict:
     """Check a fastmace-oeq-ext wheel against the pins (those of its manifest's matrix unless given), as the build
-    of them that names the OpenEquivariance its manifest names."""
+    of them that names the OpenEquivariance its manifest names. cache: where the consumer's pinned package is
+    fetched (None: the default cache; a build passes its own)."""
     from . import assemble
     v = Verdict(wheel)
     opened = open_wheel(wheel, v)
@@ -97,27 +98,25 @@ def verify_wheel(wheel: Path, pins: pins_mod.Pins | None = None, *, expected_lic
     if expected_license is not None and lic != expected_license:
         v.problems.append("LICENSE.openequivariance differs from the OpenEquivariance sdist's LICENSE")
     if py_version is not None:
-        v.problems += consumer.problems(files, py_version, ev)
+        v.problems += consumer.problems(files, py_version, ev, cache)
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
     return v
 
 
 def manifest_problems(m: Manifest, ev: pins_mod.ExtVariant, tag) -> list[str]:
     """Every manifest field that the pins decide, compared with them (one line per difference)."""
+    from .assemble import pinned_fields
     p = ev.pins
     entry = as_tuple = file_entry
     cp = tag.interpreter
-    want = {
-        "package": p.package_name, "extension_version": ev.version, "variant": ev.name,
-        "openequivariance": ev.oeq_exact,
-        "torch": p.matrix.consumer_torch, "torch_index": p.consumer.torch_index, "oeq_version": p.oeq.version,
-        "oeq_sdist": entry(p.oeq), "torch_version": p.matrix.torch_version, "torch_local": p.matrix.torch_local,
-        "cuda": p.matrix.cuda, "python": cp, "platform": tag.platform, "library": p.library_file,
-        "extension_name": p.oeq_extension_name, "pybind11": p.pybind11.version,
-        "pybind11_wheel": entry(p.pybind11), "matrix": p.matrix.name,
-        "cuda_wheels": tuple(entry(n) for n in p.matrix.nvidia),
-    }
-    out = field_differences("manifest", m, want, files=("oeq_sdist", "pybind11_wheel"), file_lists=("cuda_wheels",))
+    files, file_lists = ("oeq_sdist", "pybind11_wheel"), ("cuda_wheels",)
+    want = pinned_fields(ev)
+    want.update({k: entry(want[k]) for k in files})
+    want.update({k: tuple(entry(i) for i in want[k]) for k in file_lists})
+    # and the facts derived from them (Manifest's properties), and what the wheel's tag says
+    want.update(oeq_version=p.oeq.version, torch_version=p.matrix.torch_version, torch_local=p.matrix.torch_local,
+                extension_name=p.oeq_extension_name, pybind11=p.pybind11.version, python=cp, platform=tag.platform)
+    out = field_differences("manifest", m, want, files=files, file_lists=file_lists)
     if cp in p.matrix.torch_wheels and as_tuple(m.torch_wheel) != entry(p.matrix.torch_wheel(cp)):
         out.append(f"manifest torch_wheel {m.torch_wheel.file} is not the pinned {p.matrix.torch_wheel(cp).file}")
     return out

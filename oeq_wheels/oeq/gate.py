@@ -27,17 +27,18 @@ def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
                       sdist_root: Path | None = None, cuda_root: Path | None = None,
                       forbidden_paths: list[str] | None = None, twine: bool = True,
-                      memo_dir: Path | None = None, variant: bool = False) -> Verdict:
+                      memo_dir: Path | None = None, variant: bool = False, cache: Path | None = None) -> Verdict:
     """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist; a
     PEP 825 variant wheel (oeq/variants.py) against the line its label and platform name, as that line's wheel under
-    the variants release's version, its variant.json the one the pins give that line."""
+    the variants release's version, its variant.json the one the pins give that line. cache: where the sdist and the
+    line's NVIDIA wheels are fetched when not given (None: the default cache; a build passes its own)."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
 
     from ..inputs import fetch, unpack
     from ..files import default_cache
     from . import variants, wheel as oeqpy
     kw = dict(sdist_root=sdist_root, cuda_root=cuda_root, forbidden_paths=forbidden_paths, twine=twine,
-              memo_dir=memo_dir)
+              memo_dir=memo_dir, cache=cache)
     base, label = split_variant(wheel.name)
     if label is not None and not variant:
         return _verify_variant(wheel, base, label, p, line, kw)
@@ -66,7 +67,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         v.problems.append(f"wheel tag {tag}: the pins build CPython {py_version}'s wheel with ABI "
                           f"{ob.abi_tag(py_version)}")
         return v
-    cache = default_cache()
+    cache = cache or default_cache()
     if sdist_root is None or cuda_root is None:
         got = fetch.ensure([p.oeq, *ob.nvidia], cache)
         sdist_root = sdist_root or unpack.oeq_tree(got[p.oeq.file], p.oeq, cache)
