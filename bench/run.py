@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -34,13 +35,13 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "runtime"))
 
-from oeq_wheels import build, pins as P, driver_stub, tags
-from oeq_wheels.inputs import fetch, freethreaded, unpack, members, pythons  # noqa: E402
-from oeq_wheels.checks import sentinels, venvs
+from oeq_wheels import build, pins as P, driver_stub, product, tags  # noqa: E402
+from oeq_wheels.inputs import fetch, unpack, members  # noqa: E402
+from oeq_wheels.checks import sentinels, venvs  # noqa: E402
 
-from oeq_wheels import toolchain as cc
+from oeq_wheels import toolchain as cc  # noqa: E402
 
-from oeq_wheels.oeq import stable
+from oeq_wheels.oeq.product import stable_trees  # noqa: E402
 from oeq_wheels.files import default_cache  # noqa: E402
 from oeq_wheels.output import extra_dir  # noqa: E402
 
@@ -50,9 +51,15 @@ def du(path: Path) -> int:
     return int(r.stdout.split()[0]) if r.returncode == 0 else 0
 
 
+def release_plan(pins) -> build.Plan:
+    """The release build's plan (build.plan, the one build.run follows): every wheel of every architecture pins.toml
+    builds for (aarch64 cross-compiled), every pinned CPython."""
+    return build.plan(pins, None, build.check_arch_names(pins, None))
+
+
 def inputs_of(pins, cache: Path) -> dict:
     """fetch.ensure's answer for every input of a full build: a downloaded file's path, or a fetch.Remote."""
-    return fetch.ensure(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs(), cache)
+    return fetch.ensure(release_plan(pins).inputs, cache)
 
 
 def du_trees(pins, cache: Path) -> int:
@@ -63,7 +70,7 @@ def du_trees(pins, cache: Path) -> int:
                                pins.matrix.torch_wheel(P.cp_tag(v)), cache, pins.torch_needed)
              for v in pins.matrix.pythons]
     for line in pins.oeq_lines:
-        st = build.stable_trees(pins, line, files, cache)
+        st = stable_trees(pins, line, files, cache)
         trees += [st.torch_root, st.cuda_root, st.nanobind]
     trees.append(unpack.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache))
     trees.append(unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache))
@@ -77,7 +84,7 @@ def download_bytes(pins, cache: Path) -> int:
     its central directory, RECORD and the needed members, each member once (what cache/members/fetched.jsonl
     records for a fresh cache)."""
     total = 0
-    for item in dict.fromkeys(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs()):
+    for item in dict.fromkeys(release_plan(pins).inputs):
         if not members.by_members(item):
             total += (cache / "downloads" / item.file).stat().st_size
     ledger = cache / "members" / members.LEDGER
@@ -94,66 +101,33 @@ def isolated_cache(cache: Path, tmp: Path) -> Path:
     return root
 
 
+def floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
+    """The compiler runs of the release build (build.compiles: what its products compile for the plan, each once),
+    each by its architecture's bare compiler: this host's for its own, Debian's cross compiler for aarch64."""
+    plan = release_plan(pins)
+    toolchains = {a: cc.cross_toolchain(pins.arches[a]) for a in build.check_arch_names(pins, None)}
+    work = product.Run(pins, cache, inputs_of(pins, cache), toolchains,
+                       cc.ObjectCache(tmp / "objects", next(iter(toolchains.values())), 1), 1, tmp / "out", False)
+    interps = build.interpreters(pins, plan.pythons, cache)
+    return [[*shlex.split(c.objects.toolchain.cxx), "-c", str(c.source), "-o", str(tmp / f"{i}-{c.source.stem}.o"),
+             *c.flags] for i, c in enumerate(build.compiles(work, plan, interps))]
+
+
 def floor_seconds(pins, cache: Path, tmp: Path) -> float:
-    """The bare compiler on the same translation units, with the pipeline's own flags."""
-    tool = cc.Toolchain.detect()
-    files = inputs_of(pins, cache)
-    oeq = unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache).resolve()
-    cuda_root = unpack.cuda_tree([(n, files[n.file]) for n in pins.matrix.nvidia], cache).resolve()
-    pyb = unpack.pybind11_include(files[pins.pybind11.file], pins.pybind11, cache).resolve()
-    cmds = []
-    for v in pins.matrix.pythons:
-        interp = pythons.find(v)
-        pin = pins.matrix.torch_wheel(interp.cp_tag)
-        troot = unpack.torch_tree(files[pin.file], pin, cache, pins.torch_needed).resolve()
-        ctx, shared = build.compile_contexts(pins, interp, troot, oeq, cuda_root, pyb)
-        cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "libtorch_tp_jit.cpp"), "-o", str(tmp / f"tp-{v}.o"),
-                     *ctx.flags()])
-    cmds.append([tool.cxx, "-c", str(ctx.oeq_ext / "json11" / "json11.cpp"), "-o", str(tmp / "json11.o"),
-                 *shared.flags()])
-    cmds += stable_floor_commands(pins, cache, tmp)
+    """The bare compiler on the build's translation units, with the build's own flags, as many at once as cores."""
+    cmds = floor_commands(pins, cache, tmp)
     jobs = os.cpu_count() or 1
     t0 = time.monotonic()
     running: list[subprocess.Popen] = []
     for cmd in cmds:
         while len(running) >= jobs:
-            running.pop(0).wait()
+            if running.pop(0).wait() != 0:
+                raise RuntimeError("floor compile failed")
         running.append(subprocess.Popen(cmd))
     for p in running:
         if p.wait() != 0:
             raise RuntimeError("floor compile failed")
     return time.monotonic() - t0
-
-
-def stable_floor_commands(pins, cache: Path, tmp: Path) -> list[list[str]]:
-    """OEq's stable extension, every line: per line the AOTI library, the stream stub and each Python's module
-    sources; per Python once, nanobind's sources (they see no torch or CUDA header, so one object serves every line)."""
-    files = inputs_of(pins, cache)
-    cmds, nanobind_done = [], set()
-    for line in pins.oeq_lines:
-        # Each architecture's compiler: this host's for its own, Debian's cross compiler for aarch64.
-        tool = cc.cross_toolchain(line.arch)
-        shim = tags.manylinux_version(line.arch.platform_tag) < (2, 32)
-        gnu2 = tool.accepts("-mtls-dialect=gnu2")
-        trees = build.stable_trees(pins, line, files, cache)
-        base = stable.Recipe(trees, shim, torch_label="torch", tls_gnu2=gnu2)
-        cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"aoti-{line.key}-{i}.o"), *base.aoti()]
-                 for i, s in enumerate(stable.SOURCES)]
-        cmds.append([tool.cxx, "-c", str(trees.ext / "stubs" / "stream.cpp"), "-o", str(tmp / f"stream-{line.key}.o"),
-                     *base.stream_stub()])
-        for v in line.pythons:
-            ft = P.free_threaded(v)  # its headers from its pinned source, as the build takes them
-            include = (freethreaded.headers(pins.freethreaded[v], cache) if ft else pythons.find(v)).include
-            r = stable.Recipe(trees, shim, python_include=os.path.realpath(include), torch_label="torch",
-                              tls_gnu2=gnu2, limited_api=line.is_abi3(v), free_threaded=ft)
-            cmds += [[tool.cxx, "-c", str(trees.ext / s), "-o", str(tmp / f"mod-{line.key}-{v}-{i}.o"), *r.module()]
-                     for i, s in enumerate(stable.SOURCES)]
-            if (line.arch.name, v) not in nanobind_done:  # nanobind's objects serve every line of one architecture
-                nanobind_done.add((line.arch.name, v))
-                cmds += [[tool.cxx, "-c", str(trees.nanobind / "src" / s), "-o",
-                          str(tmp / f"nb-{line.arch.name}-{v}-{s}.o"), *r.nanobind()]
-                         for s in stable.nanobind_sources(ft)]
-    return cmds
 
 
 COLD = r"""
@@ -294,18 +268,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="oeq-bench-") as t:
         tmp = Path(t)
         # Warm pins cache: everything downloaded and unpacked once.
-        fetch.ensure(pins.all_inputs([P.cp_tag(v) for v in pins.matrix.pythons]) + pins.oeq_binary_inputs(), cache)
+        inputs_of(pins, cache)
         c = isolated_cache(cache, tmp)
         out = tmp / "wheels"
         t0 = time.monotonic()
-        got, failures = build.run(out, None, cache=c)
+        got, failures = build.run(build.Options(out, None, cache=c))
         t_build = time.monotonic() - t0
         assert not failures, failures
         (tmp / "floor").mkdir()
         t_floor = floor_seconds(pins, cache, tmp / "floor")
         print(f"bench: build {t_build:.1f} s, floor {t_floor:.1f} s ({t_build / t_floor:.2f}x)", file=sys.stderr)
         t0 = time.monotonic()
-        build.run(out, None, cache=c)
+        build.run(build.Options(out, None, cache=c))
         t_rebuild = time.monotonic() - t0
         prof = {(f"openequivariance {r['wheel'].split('-')[1].split('.', 3)[-1]} {tags.tag_arch(r['tag'])} " if
                  r["wheel"].startswith("openequivariance") else "") + r["wheel"].split("-")[2]: r["timings"] for r in got}

@@ -288,8 +288,8 @@ def _container_handoff(args) -> None:
         from .build import check_arch_names
         pins = load(args.matrix)
         if args.python is not None:
-            from .build import pythons_per_package as build_pythons
-            build_pythons(pins, args.python)
+            from .build import wanted_pythons
+            wanted_pythons(pins, args.python)
         check_arch_names(pins, args.arch)
     name = runner.choose(args.runner)
     if name is not None:  # does not return
@@ -304,9 +304,9 @@ def _dispatch(args) -> int:
 # One function per verb, each importing only what its verb needs (so `--help` and light verbs stay fast).
 
 def _build(args) -> int:
-    from .build import run
-    _rows, failures = run(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch,
-                          toolchain=args.toolchain)
+    from .build import Options, run
+    _rows, failures = run(Options(args.outdir, args.python, args.matrix, args.force, args.jobs, arches=args.arch,
+                                  toolchain=args.toolchain))
     return 1 if failures else 0
 
 

@@ -14,6 +14,10 @@ class UsageError(OeqWheelsError):
     exit_code = 2
 
 
+class BuildError(OeqWheelsError):
+    """A build step failed (a compiler, a tree, a gate): the wheel it was for is not written."""
+
+
 class Refused(OeqWheelsError):
     """A file that must not reach a user: not the recorded bytes, or a door found other bytes already there."""
 

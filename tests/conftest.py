@@ -91,7 +91,7 @@ def cp311_wheel(tmp_path_factory, cache) -> Path:
     # One worker at a time (all share the session's base folder): the first compiles what the cache lacks, the
     # others wait and then only link, instead of compiling the same objects at once on the same cores.
     with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):
-        rows, failures = build.run(out, ["3.11"], cache=cache)
+        rows, failures = build.run(build.Options(out, ["3.11"], cache=cache))
     assert not failures, failures
     pins = pins_mod.load()
     assert len(rows) == len(pins.ext_variants) + 2 * len(pins.oeq_lines)  # each line's wheel and its variant
@@ -146,7 +146,7 @@ def x86_64_oeq_wheel(tmp_path_factory, cache, python: str) -> Path:
     """The CUDA 13 line's x86_64 wheel of one CPython, built with every line's beside it."""
     out = tmp_path_factory.mktemp(f"py{python}") / "dist"
     with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
-        rows, failures = build.run(out, [python], cache=cache, arches=["x86_64"])
+        rows, failures = build.run(build.Options(out, [python], cache=cache, arches=["x86_64"]))
     assert not failures, failures
     return oeq_wheel_of(out, "cu130")
 

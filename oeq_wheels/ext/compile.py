@@ -16,6 +16,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from ..product import torch_version_info  # noqa: F401 (read here before; torch's files, as the two above)
 from ..toolchain import SHIM_DIR, CompileError, longest_first, prefix_map_flags
 
 
@@ -40,16 +41,6 @@ def torch_cxx11_abi(torch_root: Path) -> int:
             if "__cxx11" in sym.name:
                 return 1
     return 0
-
-
-def torch_version_info(torch_root: Path) -> dict:
-    """torch/version.py's fields, read as text: the build names itself there."""
-    text = (torch_root / "torch" / "version.py").read_text()
-    out = {}
-    for key in ("__version__", "cuda", "git_version"):
-        m = re.search(rf"^{key}(?::[^=]*)?\s*=\s*'([^']*)'", text, re.M)
-        out[key] = m.group(1) if m else None
-    return out
 
 
 @dataclass

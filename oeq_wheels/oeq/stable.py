@@ -23,7 +23,7 @@ from fastmace_oeq_ext import cudaflags as wheel_cuda
 
 from .. import proc, driver_stub
 from ..errors import OeqWheelsError
-from ..toolchain import SHIM_DIR, ObjectCache, Toolchain, link_stripped, prefix_map_flags
+from ..toolchain import SHIM_DIR, Toolchain, link_stripped, prefix_map_flags
 from ..pins import OeqLine
 
 RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
@@ -161,10 +161,10 @@ def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
 
 
-def build_support(ob: OeqLine, recipe: Recipe, objects: ObjectCache, toolchain: Toolchain,
-                  driver_objects: list[Path], out: Path) -> Path:
-    """The link-only stand-ins in out/: libtorch_cuda.so (OEq's stream stub) and libcuda.so.1."""
-    stream_obj, _ = objects.compile(recipe.trees.ext / "stubs" / "stream.cpp", recipe.stream_stub())
+def build_support(ob: OeqLine, stream, toolchain: Toolchain, driver_objects: list[Path], out: Path) -> Path:
+    """The link-only stand-ins in out/: libtorch_cuda.so (OEq's stream stub, compiled as `stream`, a
+    product.Compile of Recipe.stream_stub) and libcuda.so.1."""
+    stream_obj, _ = stream.objects.compile(stream.source, stream.flags)
     out.mkdir(parents=True, exist_ok=True)
     stub_so = out / f"lib{ob.stub_library}.so"
     _run([*shlex.split(toolchain.cxx), "-shared", str(stream_obj), f"-Wl,-soname,{stub_so.name}", "-o", str(stub_so)],
@@ -190,20 +190,3 @@ def link_aoti(ob: OeqLine, trees: StableTrees, objs: list[Path], stub_dir: Path,
     """SHARED library with its soname; stripped as scikit-build-core's install (strip = true) does."""
     return link_stripped(toolchain, [*RELEASE, "-shared", f"-Wl,-soname,{out.name}", *map(str, objs),
                                      *link_libraries(ob, trees, stub_dir)], out, f"linking {out.name}")
-
-
-def compile_all(recipe: Recipe, objects: ObjectCache, jobs_pool, python: bool) -> dict[str, list[Path]]:
-    """Objects for one Python's module and nanobind (python=True), or for the AOTI library."""
-    ext, nb = recipe.trees.ext, recipe.trees.nanobind
-    if python:
-        jobs = [("module", ext / s, recipe.module()) for s in SOURCES]
-        jobs += [("nanobind", nb / "src" / s, recipe.nanobind()) for s in nanobind_sources(recipe.free_threaded)]
-    else:
-        jobs = [("aoti", ext / s, recipe.aoti()) for s in SOURCES]
-    results = list(jobs_pool.map(lambda j: (j[0], *objects.compile(j[1], j[2])), jobs))
-    out: dict[str, list[Path]] = {}
-    for kind, obj, _hit in results:
-        out.setdefault(kind, []).append(obj)
-    out["hits"] = [o for _k, o, hit in results if hit]
-    return out
-

@@ -169,7 +169,7 @@ def abi3_set(cp311_wheel, tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("abi3") / "dist"
     shutil.copytree(cp311_wheel.parent, out)
     shutil.copytree(cp311_wheel.parent.with_name("dist-extra"), out.with_name("dist-extra"))
-    rows, failures = build.run(out, ["3.12"], cache=cache, arches=["aarch64"])
+    rows, failures = build.run(build.Options(out, ["3.12"], cache=cache, arches=["aarch64"]))
     assert not failures, failures
     assert [w.name for w in out.with_name("dist-extra").glob("openequivariance-*-cp312-abi3-*_aarch64.whl")]
     return out

@@ -159,13 +159,13 @@ def test_existing_different_wheel_refused_unless_force(tmp_path, cp311_wheel, ca
     out.mkdir()
     squatter = out / cp311_wheel.name
     squatter.write_bytes(b"not the same wheel")
-    rows, failures = build.run(out, ["3.11"], cache=cache)
+    rows, failures = build.run(build.Options(out, ["3.11"], cache=cache))
     assert "already exists with different content" in failures["fastmace-oeq-ext cp311"]
     assert squatter.read_bytes() == b"not the same wheel"
-    rows, failures = build.run(out, ["3.11"], cache=cache, force=True)
+    rows, failures = build.run(build.Options(out, ["3.11"], cache=cache, force=True))
     assert not failures and squatter.read_bytes() == cp311_wheel.read_bytes()
     # The identical wheel again is fine without --force.
-    rows, failures = build.run(out, ["3.11"], cache=cache)
+    rows, failures = build.run(build.Options(out, ["3.11"], cache=cache))
     assert not failures
 
 

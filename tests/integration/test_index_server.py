@@ -23,7 +23,7 @@ pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with t
 def release_set(tmp_path_factory, cache):
     """The full pinned set, as `make wheels` builds it."""
     out = tmp_path_factory.mktemp("release") / "dist"
-    rows, failures = build.run(out, cache=cache)
+    rows, failures = build.run(build.Options(out, cache=cache))
     assert not failures, failures
     return out
 

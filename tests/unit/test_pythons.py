@@ -24,11 +24,16 @@ def test_a_release_torch_without_a_cpython_narrows_fastmace_oeq_ext_only():
     pins = P.load()
     narrowed = dataclasses.replace(pins, matrix=dataclasses.replace(pins.matrix, pythons=pins.matrix.pythons[1:]))
     lines = sorted({v for l in pins.oeq_lines for v in l.pythons})
-    wanted, ext = build.pythons_per_package(narrowed, None)
-    assert sorted(wanted) == sorted(set(lines) | set(ext)) and ext == list(pins.matrix.pythons[1:])
-    assert build.pythons_per_package(narrowed, [pins.matrix.pythons[0]]) == ([pins.matrix.pythons[0]], [])
+    every = build.check_arch_names(pins, None)
+    ext_pythons = lambda plan: [w.python for product, parts in plan.parts if product.NAME == "fastmace-oeq-ext"
+                                for part in parts for w in part.wheels]
+    everything = build.plan(narrowed, None, every)
+    assert sorted(everything.pythons) == sorted(set(lines) | set(ext_pythons(everything)))
+    assert ext_pythons(everything) == list(pins.matrix.pythons[1:])
+    first = build.plan(narrowed, [pins.matrix.pythons[0]], every)
+    assert first.pythons == [pins.matrix.pythons[0]] and ext_pythons(first) == []
     with pytest.raises(P.PinsError, match=r"Python 3.99 is not in matrix .* or the OEq lines"):
-        build.pythons_per_package(narrowed, ["3.99"])
+        build.plan(narrowed, ["3.99"], every)
 
 
 def test_headers_that_are_not_the_pinned_ones_stop_a_pinned_build_in_one_line(tmp_path, monkeypatch, capsys):
