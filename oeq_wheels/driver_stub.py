@@ -15,6 +15,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
+from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
+
 from . import proc
 from .errors import OeqWheelsError
 
@@ -50,8 +52,8 @@ def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "libcuda_stub.c"
         src.write_text("/* generated link stub: CUDA_ERROR_NO_DEVICE from every call */\n" + body)
-        out = out_dir / "libcuda.so.1"
-        res = proc.run([*shlex.split(cc), "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
+        out = out_dir / DRIVER_SONAME
+        res = proc.run([*shlex.split(cc), "-shared", "-fPIC", f"-Wl,-soname,{DRIVER_SONAME}",
                                "-o", str(out), str(src)], capture_output=True, text=True)
         if res.returncode != 0:
             raise StubError(f"building the libcuda stub failed: {res.stderr.strip()}")

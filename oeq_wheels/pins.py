@@ -14,7 +14,6 @@ from . import addresses, buildroot
 from .errors import UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
-DRIVER_SONAME = "libcuda.so.1"
 
 
 class PinsError(UsageError):
@@ -319,7 +318,7 @@ class Pins:
     @property
     def cuda_needed(self) -> frozenset[str]:
         """The CUDA libraries the prebuilt links by soname, and the driver."""
-        return frozenset([*(l for n in self.matrix.nvidia for l in n.libs), DRIVER_SONAME])
+        return frozenset([*(l for n in self.matrix.nvidia for l in n.libs), cudaflags.DRIVER_SONAME])
 
     def runpath(self) -> str:
         # fastmace_oeq_ext/ sits directly in site-packages, beside torch/ and nvidia/.

@@ -28,6 +28,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
+
 from .. import install_lines, pins as pins_mod, proc, driver_stub
 from ..inputs import pythons
 from . import sentinels, venvs
@@ -158,7 +160,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
                                 env=env).stdout.strip())
             stub_dir = driver_stub.stub_for_library(ext / "libtorch_tp_jit.so", work / "libcuda-stub").parent
             env.update(LD_LIBRARY_PATH=driver_stub.loader_path(stub_dir, env),
-                       OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / "libcuda.so.1"))
+                       OEQ_CUDA_DRIVER_LIBRARY=str(stub_dir / DRIVER_SONAME))
             say("no GPU here: a stub libcuda.so.1 stands in for the driver")
         doc = proc.run([str(venv / "bin" / "fastmace"), "doctor", "--no-hash"], capture_output=True, text=True,
                        env=env, cwd=work)

@@ -20,10 +20,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
+
 from ..elf import dynamic_symbol_table, elf_facts
 from ..errors import OeqWheelsError
 
-DRIVER = "libcuda.so.1"  # driver_stub's
 # NVIDIA's libraries (CUDA's runtime and math libraries, CUPTI, cuDNN, NCCL, NVRTC, nvJitLink, NVSHMEM, cuFile): the
 # only ones stubbed, when the install lacks them, even where the system has one (a CUDA toolkit's in the loader's
 # cache), so that every machine loads the same stubs. Any other library is the loader's to find (Triton's
@@ -133,7 +134,7 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
             found = next((d / n for d in folders if (d / n).is_file()), None)
             if found:
                 todo.append(found.resolve())
-            elif n != DRIVER and NVIDIA.fullmatch(n):
+            elif n != DRIVER_SONAME and NVIDIA.fullmatch(n):
                 missing.add(n)
     if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
         return {}
@@ -193,7 +194,7 @@ def lacking(root: Path) -> set[str]:
     wanted = {n for needed in files.values() for n in needed}
     present = {p.name for p in root.rglob("*.so*")}
     return {n for f, needed in files.items() if f.relative_to(root).parts[0] != "nvidia" or f.name in wanted
-            for n in needed if n != DRIVER and NVIDIA.fullmatch(n) and n not in present}
+            for n in needed if n != DRIVER_SONAME and NVIDIA.fullmatch(n) and n not in present}
 
 
 def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc", sysroot: Path | None = None) -> list[Path]:

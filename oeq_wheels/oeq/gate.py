@@ -103,7 +103,7 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     except ManifestError as exc:
         v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
     needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
-        | {pins_mod.DRIVER_SONAME}
+        | {cudaflags.DRIVER_SONAME}
     oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
     for arc in (module, aoti):
         data = files.get(arc)

@@ -157,7 +157,7 @@ def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]
     torch_lib = trees.torch_root / "torch" / "lib"
     return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs],
             *(f"-L{d}" for d in trees.cuda.library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()],
-            f"-L{stub_dir}", "-l:libcuda.so.1", f"-l{ob.stub_library}",
+            f"-L{stub_dir}", f"-l:{wheel_cuda.DRIVER_SONAME}", f"-l{ob.stub_library}",
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
 
 

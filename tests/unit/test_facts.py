@@ -1,0 +1,31 @@
+"""Each fact has one home (issue 54): a second spelling of one of these, anywhere in the product, fails here."""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT = ("oeq_wheels", "runtime/fastmace_oeq_ext", "bench", "tools")
+
+
+def modules():
+    for top in PRODUCT:
+        yield from sorted((REPO / top).rglob("*.py"))
+
+
+def code_strings(path: Path):
+    """(line, text) of each string constant in a module that is not a docstring."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+            yield n.lineno, n.value
+
+
+def test_the_driver_soname_is_written_once():
+    """libcuda.so.1 as code (a file name, a -l: or -soname argument: no blank in it) only in cudaflags.DRIVER_SONAME;
+    prose that names it is free to."""
+    home = REPO / "runtime" / "fastmace_oeq_ext" / "cudaflags.py"
+    found = [f"{p.relative_to(REPO)}:{line}" for p in modules() if p != home
+             for line, s in code_strings(p) if "libcuda.so.1" in s and not any(c.isspace() for c in s)]
+    assert not found, f"libcuda.so.1 spelled outside cudaflags.DRIVER_SONAME: {found}"
