@@ -317,15 +317,8 @@ def _verify(args) -> int:
     bad = 0
     for w in args.wheels:
         verdict = verify_any(w, pins)
-        if verdict.ok:
-            print(f"OK   {w.name}  tag {verdict.facts['tag']} (auditwheel: {verdict.facts['auditwheel_sym_tag']})")
-            if "torch_abi_audit" in verdict.facts:
-                print(f"     {verdict.facts['torch_abi_audit']}")
-        else:
-            bad += 1
-            print(f"FAIL {w.name}")
-            for p in verdict.problems:
-                print(f"     - {p}")
+        bad += not verdict.ok
+        print("\n".join(verdict.said()))
     return 1 if bad else 0
 
 

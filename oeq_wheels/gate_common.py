@@ -48,6 +48,14 @@ class Verdict:
     def ok(self) -> bool:
         return not self.problems
 
+    def said(self) -> list[str]:
+        """The verdict as `verify` and `publish` print it: OK with the tag auditwheel proves, or FAIL with each
+        problem."""
+        if not self.ok:
+            return [f"FAIL {self.subject.name}", *(f"     - {p}" for p in self.problems)]
+        return [f"OK   {self.subject.name}  tag {self.facts['tag']} (auditwheel: {self.facts['auditwheel_sym_tag']})",
+                *([f"     {self.facts['torch_abi_audit']}"] if "torch_abi_audit" in self.facts else [])]
+
 
 def twine_check(wheel: Path, memo_dir: Path | None = None) -> str | None:
     """Why `twine check --strict` refuses the wheel, or None."""

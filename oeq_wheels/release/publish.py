@@ -235,9 +235,7 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
     bad = []
     for w in ours + oeq:
         v = verify_any(w, pins)
-        print(f"{'OK  ' if v.ok else 'FAIL'} {w.name}")
-        for problem in v.problems:
-            print(f"     - {problem}")
+        print("\n".join(v.said()))
         if not v.ok:
             bad.append(f"{w.name} ({v.problems[0]})")
     if bad:

@@ -29,3 +29,14 @@ def test_the_driver_soname_is_written_once():
     found = [f"{p.relative_to(REPO)}:{line}" for p in modules() if p != home
              for line, s in code_strings(p) if "libcuda.so.1" in s and not any(c.isspace() for c in s)]
     assert not found, f"libcuda.so.1 spelled outside cudaflags.DRIVER_SONAME: {found}"
+
+
+def test_verify_and_publish_print_a_verdict_one_way(tmp_path):
+    """Verdict.said is the one OK/FAIL printout (`verify`, `publish`): its lines as users read them."""
+    from oeq_wheels.gate_common import Verdict
+    ok = Verdict(tmp_path / "w.whl", facts={"tag": "cp312-cp312-manylinux_2_28_x86_64",
+                                            "auditwheel_sym_tag": "manylinux_2_28_x86_64", "torch_abi_audit": "t ok"})
+    assert ok.said() == ["OK   w.whl  tag cp312-cp312-manylinux_2_28_x86_64 (auditwheel: manylinux_2_28_x86_64)",
+                         "     t ok"]
+    bad = Verdict(tmp_path / "w.whl", problems=["a", "b"])
+    assert bad.said() == ["FAIL w.whl", "     - a", "     - b"]
