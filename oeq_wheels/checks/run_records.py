@@ -104,17 +104,16 @@ def write(path: Path, tool: str, commit: str, machine: dict, wheels: list[Path],
           notes: list[str], date: str | None = None) -> RunRecord:
     """Write a run record (whole, or nothing: a temporary file renamed) and read it back as every reader will."""
     import hashlib
-    import os
     import time
+
+    from ..files import write_atomic
     record = {"schema": SCHEMA, "tool": tool, "date": date or time.strftime("%Y-%m-%d"), "commit": commit,
               "machine": machine, "ok": ok, "results": results, "notes": notes,
               "wheels": {w.name: hashlib.sha256(Path(w).read_bytes()).hexdigest() for w in wheels}}
-    data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
-    rec = parse(data, Path(path))  # a record this module would refuse is never written
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"  # ASCII: json's default
+    rec = parse(text.encode(), Path(path))  # a record this module would refuse is never written
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(Path(path), text)
     return rec
 
 

@@ -19,7 +19,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from .. import pins as pins_mod
 from ..errors import Refused, UsageError
-from ..files import sha256_file
+from ..files import sha256_file, write_atomic
 from ..gate import verify_any
 from ..oeq.gate import line_of
 from ..oeq import variants
@@ -215,9 +215,7 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
 def write_sha256sums(wheels: list[Path], where: Path) -> Path:
     """`sha256sum -c SHA256SUMS` checks a download against these lines."""
     path = where / "SHA256SUMS"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    tmp.write_text("".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels))
     return path
 
 
