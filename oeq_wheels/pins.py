@@ -264,6 +264,16 @@ class Pins:
         """Every architecture's build of one line."""
         return tuple(l for l in self.oeq_lines if l.name == name)
 
+    def line_of(self, version: str, arch: str | None = None, *, any_rebuild: bool = False) -> OeqLine | None:
+        """The OEq line a wheel version is of: the line whose version it is, or with any_rebuild the line whose CUDA
+        part its local label starts with (a rebuild bumps the label's last number, cu13.1 -> cu13.2: an earlier
+        release's wheel, and a fastmace-oeq-ext build that names the line, are still of it). With arch, that
+        architecture's build of the line, else its first (the index is the same)."""
+        local = version.partition("+")[2]
+        return next((l for l in self.oeq_lines if (arch is None or l.arch.name == arch) and (
+            local.startswith(l.local_version.rsplit(".", 1)[0] + ".") if any_rebuild
+            else version == l.version(self.oeq.version))), None)
+
     @property
     def oeq_binary(self) -> OeqLine:
         """The x86_64 OEq line of the release matrix's CUDA major (what fastmace-oeq-ext users install beside it)."""

@@ -17,13 +17,6 @@ from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_fil
 from ..tags import split_variant, tag_arch
 
 
-def line_of(version: str, p: pins_mod.Pins, platform: str | None = None) -> pins_mod.OeqLine | None:
-    """The OEq line whose version this is; with a platform tag, its build for that tag's architecture."""
-    arch = tag_arch(platform) if platform else None
-    return next((l for l in p.oeq_lines if l.version(p.oeq.version) == version
-                 and (arch is None or l.arch.name == arch)), None)
-
-
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
                       sdist_root: Path | None = None, cuda_root: Path | None = None,
                       forbidden_paths: list[str] | None = None, twine: bool = True,
@@ -47,8 +40,8 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     if opened is None:
         return v
     name, version, tag, files = opened
-    ob = line or line_of(version, p, tag.platform)
-    of_version = line if variant else line_of(version, p)  # any architecture's build of the version
+    ob = line or p.line_of(version, tag_arch(tag.platform))
+    of_version = line if variant else p.line_of(version)  # any architecture's build of the version
     line_version = (lambda l: variants.release_version(p)) if variant else (lambda l: l.version(p.oeq.version))
     want = list(dict.fromkeys(line_version(l) for l in ([line] if line else p.oeq_lines)))
     if name != "openequivariance" or of_version is None or (line and version != line_version(line)):

@@ -92,7 +92,7 @@ def variant_name(p: pins_mod.Pins, wheel_name: str) -> str | None:
     """The file name of a line wheel's variant (None for a file of no pinned line)."""
     from packaging.utils import parse_wheel_filename
     version = str(parse_wheel_filename(wheel_name)[1])
-    line = next((l for l in p.oeq_lines if l.version(p.oeq.version) == version), None)
+    line = p.line_of(version)
     if line is None:
         return None
     stem = wheel_name.removesuffix(".whl").replace(f"-{version}-", f"-{release_version(p)}-", 1)

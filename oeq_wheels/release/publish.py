@@ -21,7 +21,7 @@ from .. import pins as pins_mod
 from ..errors import Refused, UsageError
 from ..files import sha256_file, write_atomic
 from ..gate import verify_any
-from ..oeq.gate import line_of
+from ..tags import tag_arch
 from ..oeq import variants
 from ..output import extra_dir, variants_dir
 from . import recorded
@@ -190,7 +190,7 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
     by_line: dict[str, list[Path]] = {line.key: [] for line in pins.oeq_lines}
     for w in oeq:
         _, version, _, tags = parse_wheel_filename(w.name)
-        line = line_of(str(version), pins, next(iter(tags)).platform)
+        line = pins.line_of(str(version), tag_arch(next(iter(tags)).platform))
         if line is None:
             problems.append(f"{w.name} is of no pinned OEq line and architecture "
                             f"({', '.join(f'{l.version(pins.oeq.version)} {l.arch.name}' for l in pins.oeq_lines)})")

@@ -71,17 +71,14 @@ def projects(pins: pins_mod.Pins) -> tuple[str, ...]:
 
 
 def line_of_file(name: str, pins: pins_mod.Pins) -> pins_mod.OeqLine | None:
-    """The CUDA line a wheel file name belongs to, by its local version label (cu13.1, cu12.8...); of a line
-    built for several architectures, its first build (the index is the same)."""
+    """The CUDA line a served project's wheel file name belongs to (Pins.line_of, any rebuild)."""
     try:
         project, version, _, _ = parse_wheel_filename(name)
     except InvalidWheelFilename:
         return None
     if canonicalize_name(project) not in projects(pins) or version.local is None:
         return None
-    # A rebuild bumps the label's last number (cu13.1 -> cu13.2): the line is the label's CUDA part.
-    return next((l for l in pins.oeq_lines if str(version.local).startswith(l.local_version.rsplit(".", 1)[0] + ".")),
-                None)
+    return pins.line_of(str(version), any_rebuild=True)
 
 
 def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded) -> list[Wheel]:

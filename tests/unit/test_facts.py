@@ -40,3 +40,20 @@ def test_verify_and_publish_print_a_verdict_one_way(tmp_path):
                          "     t ok"]
     bad = Verdict(tmp_path / "w.whl", problems=["a", "b"])
     assert bad.said() == ["FAIL w.whl", "     - a", "     - b"]
+
+
+def test_which_line_a_wheel_version_is():
+    """Pins.line_of, the one answer the gate, publish and the site ask: the exact version, or with any_rebuild the
+    label's CUDA part (an earlier rebuild, an ext build naming the line)."""
+    from oeq_wheels import pins as pins_mod
+    p = pins_mod.load()
+    for line in p.oeq_lines:
+        version = line.version(p.oeq.version)
+        assert p.line_of(version, line.arch.name) == line
+        assert p.line_of(version).name == line.name
+        cuda, _, n = line.local_version.rpartition(".")
+        rebuilt = f"{p.oeq.version}+{cuda}.{int(n) + 7}"
+        assert p.line_of(rebuilt) is None
+        assert p.line_of(rebuilt, line.arch.name, any_rebuild=True) == line
+        assert p.line_of(f"{p.oeq.version}.post9+{cuda}.1.torch0.0.0", any_rebuild=True).name == line.name
+    assert p.line_of(f"{p.oeq.version}+oeqwheels.cu99.1", any_rebuild=True) is None
