@@ -14,6 +14,9 @@ from . import addresses, buildroot
 from .errors import UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
+# The architecture whose files a pinned entry names at its top level ([nvidia."X"], a matrix's torch_wheels); each
+# other architecture's are under the entry's arch.NAME table (arch_table). A line is built for it unless it says.
+TOP_ARCH = "x86_64"
 
 
 class PinsError(UsageError):
@@ -416,19 +419,28 @@ def _stub_pins(data: dict, file: str) -> tuple[StubPin, ...]:
     return tuple(out)
 
 
+def arch_table(table, arch: str, *keys: str):
+    """The part of a pins.toml table that pins `arch`'s files (a pinned NVIDIA wheel, a matrix): the table itself for
+    TOP_ARCH, else its arch.ARCH table; then `keys` down from there. None where pins.toml has none. Of a tomlkit
+    document too (repin writes through it)."""
+    t = table if arch == TOP_ARCH else table.get("arch", {}).get(arch)
+    for k in keys:
+        t = None if t is None else t.get(k)
+    return t
+
+
 def _for_arch(entry: dict, arch: str, where: str) -> dict:
-    """A pinned file's entry for one architecture: its own table, x86_64's at the top level."""
-    if arch == "x86_64":
+    """A pinned file's entry for one architecture: its own table, TOP_ARCH's at the top level."""
+    if arch == TOP_ARCH:
         return entry
-    try:
-        # file, sha256 and record are the architecture's own (x86_64's record must not pass to another file)
-        return {**{k: v for k, v in entry.items() if k != "record"}, **entry["arch"][arch]}
-    except KeyError:
-        raise PinsError(f"{where} pins no {arch} file; add its file and sha256 under {where[:-1]}.arch.{arch}]") \
-            from None
+    own = arch_table(entry, arch)
+    if own is None:
+        raise PinsError(f"{where} pins no {arch} file; add its file and sha256 under {where[:-1]}.arch.{arch}]")
+    # file, sha256 and record are the architecture's own (TOP_ARCH's record must not pass to another file)
+    return {**{k: v for k, v in entry.items() if k != "record"}, **own}
 
 
-def _nvidia(data: dict, refs: list[str], where: str, arch: str = "x86_64") -> tuple[Pinned, ...]:
+def _nvidia(data: dict, refs: list[str], where: str, arch: str = TOP_ARCH) -> tuple[Pinned, ...]:
     table = data.get("nvidia", {})
     out = []
     for ref in refs:
@@ -446,8 +458,8 @@ def _arches(data: dict) -> dict[str, Arch]:
             out[name] = Arch(name=name, **a)
         except TypeError as exc:
             raise PinsError(f"[arch.{name}] in pins.toml: {exc}") from None
-    if "x86_64" not in out:
-        raise PinsError("pins.toml defines no [arch.x86_64]")
+    if TOP_ARCH not in out:
+        raise PinsError(f"pins.toml defines no [arch.{TOP_ARCH}]")
     return out
 
 
@@ -504,7 +516,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         tm = _matrix(data, ln["torch_matrix"])
         if tm.cuda != ln["cuda"]:
             raise PinsError(f"{where} says CUDA {ln['cuda']}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
-        for arch_name in ln.get("arches", ["x86_64"]):
+        for arch_name in ln.get("arches", [TOP_ARCH]):
             if arch_name not in arches:
                 raise PinsError(f"{where} arches names {arch_name!r}; pins.toml defines [arch.NAME] for: "
                                 f"{', '.join(arches)}")
@@ -549,10 +561,10 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     )
 
 
-def _torch_wheels(data: dict, name: str, arch: str = "x86_64") -> dict[str, Pinned]:
+def _torch_wheels(data: dict, name: str, arch: str = TOP_ARCH) -> dict[str, Pinned]:
     """A matrix's torch wheels for one architecture, keyed by CPython tag."""
     m = data["matrix"][name]
-    wheels = m["torch_wheels"] if arch == "x86_64" else m.get("arch", {}).get(arch, {}).get("torch_wheels")
+    wheels = arch_table(m, arch, "torch_wheels")
     if wheels is None:
         raise PinsError(f"[matrix.{name!r}] pins no {arch} torch wheel; add [matrix.\"{name}\".arch.{arch}.torch_wheels]")
     return {tag: Pinned("torch", m["torch_version"], w["file"], w["sha256"], (), w.get("record", ""),

@@ -124,9 +124,9 @@ class Repinner:
         old = m["torch_version"]
         pythons = list(m["pythons"]) if pythons is None else pythons
         lines = [ln for ln in self.data["oeq_binary"]["lines"].values() if ln["torch_matrix"] == name]
-        need = {"x86_64": {pins_mod.cp_tag(p) for p in pythons}}
+        need = {pins_mod.TOP_ARCH: {pins_mod.cp_tag(p) for p in pythons}}
         for ln in lines:
-            for arch in ln.get("arches", ["x86_64"]):
+            for arch in ln.get("arches", [pins_mod.TOP_ARCH]):
                 need.setdefault(arch, set()).add(ln["torch_wheel"])
         files = self.files("torch")
         if not any(v == version for _f, v, _b, _t in _wheels(files)):
@@ -141,7 +141,8 @@ class Repinner:
                     raise RepinError(f"torch {version} has no {cp} wheel for Linux {arch} on the registry (it has: "
                                      f"{', '.join(have) or 'none'}); re-pin with --python naming CPythons it has")
                 chosen.setdefault(arch, {})[cp] = f
-        first = chosen["x86_64"][min(chosen["x86_64"])] if chosen["x86_64"] else \
+        top = chosen[pins_mod.TOP_ARCH]
+        first = top[min(top)] if top else \
             next(iter(next(iter(chosen.values())).values()))
         got = registry.read_members(first, [r"torch-[^/]+\.dist-info/METADATA", "torch/version.py"])
         version_py = got["torch/version.py"].decode(errors="replace")
@@ -169,7 +170,7 @@ class Repinner:
             arr.extend(nvidia)
             mt["nvidia"] = arr.multiline(True)
         for arch, wheels in chosen.items():
-            table = mt["torch_wheels"] if arch == "x86_64" else mt["arch"][arch]["torch_wheels"]
+            table = pins_mod.arch_table(mt, arch, "torch_wheels")
             for cp in [k for k in table if k not in wheels]:
                 del table[cp]
             for cp, f in sorted(wheels.items()):
@@ -191,7 +192,7 @@ class Repinner:
 
     def _nvidia_versions(self, metadata: bytes, refs: list[str], version: Version) -> tuple[list[str], str | None]:
         """Each NVIDIA wheel of the matrix at the version torch requires: directly, or through cuda-toolkit."""
-        reqs = requirements(metadata, "x86_64")
+        reqs = requirements(metadata, pins_mod.TOP_ARCH)  # the top-level NVIDIA pins'
         toolkit_req = reqs.get("cuda-toolkit")
         toolkit_version, via_toolkit = None, {}
         if toolkit_req is not None:
@@ -203,7 +204,7 @@ class Repinner:
             tk = next(f for f, v, _b, _t in _wheels(files) if v == tv)
             meta = _small_metadata(registry.download(tk))  # a metapackage: a few KB, read whole
             # "all": every component at the toolkit's release, the header-only ones (crt, cccl) too.
-            via_toolkit = requirements(meta, "x86_64", set(toolkit_req.extras) | {"all"})
+            via_toolkit = requirements(meta, pins_mod.TOP_ARCH, set(toolkit_req.extras) | {"all"})
         out = []
         for ref in refs:
             project, _, pinned = ref.partition("==")
@@ -229,19 +230,19 @@ class Repinner:
                 continue
             project, _, v = after.partition("==")
             entry = self.data["nvidia"][before]
-            arches = ["x86_64", *entry.get("arch", {})]
+            arches = [pins_mod.TOP_ARCH, *entry.get("arch", {})]
             picked = {a: _nvidia_file(self.files(project), project, Version(v), a) for a in arches}
             if before not in users:
                 t = table[before]
-                t["file"], t["sha256"] = picked["x86_64"].filename, picked["x86_64"].sha256
-                t.pop("record", None)  # the old file's; `--records` takes the new one's
-                for a in arches[1:]:
-                    t["arch"][a]["file"], t["arch"][a]["sha256"] = picked[a].filename, picked[a].sha256
-                    t["arch"][a].pop("record", None)
+                for a in arches:
+                    own = pins_mod.arch_table(t, a)
+                    own["file"], own["sha256"] = picked[a].filename, picked[a].sha256
+                    own.pop("record", None)  # the old file's; `--records` takes the new one's
                 self.renames.append((f'"{before}"', f'"{after}"'))
             else:
                 t = tomlkit.table()
-                t["file"], t["sha256"] = picked["x86_64"].filename, picked["x86_64"].sha256
+                top = picked[pins_mod.TOP_ARCH]
+                t["file"], t["sha256"] = top.filename, top.sha256
                 if entry.get("libs"):
                     t["libs"] = list(entry["libs"])
                 table[after] = t
