@@ -161,7 +161,7 @@ def pythons_with_headers(pins: pins_mod.Pins, interps: dict[str, pythons.Interpr
     of another architecture than the pinned headers' (pyconfig.h differs by architecture): neither makes those."""
     out = {}
     strict = toolchain == "pinned" and \
-        buildroot.DEBIAN_ARCH.get(tc.host_arch(), tc.host_arch()) == pins.toolchain.pythons_host
+        pins.toolchain.debian_arch(tc.host_arch()) == pins.toolchain.pythons_host
     for v, interp in interps.items():
         include, digest = pythons.headers(interp, cache)
         version, pinned = pins.toolchain.pythons.get(v, ("(none)", ""))

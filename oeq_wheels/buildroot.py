@@ -24,11 +24,11 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import OeqWheelsError
+from .errors import BuildRootError
 from .files import locked, sha256_file, sweep_stale, temp_prefix
+from .pins import Deb, PinnedToolchain
 
 FORMAT = 1                      # of the root's layout: a change here makes new roots
 # The host's top-level directories the root never takes: its own system (the toolchain's place) and the kernel's.
@@ -39,53 +39,7 @@ MERGED = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/
 # The variables that would point a compiler at the host's headers, libraries or programs.
 UNSET = ("LD_LIBRARY_PATH", "LD_PRELOAD", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH",
          "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES")
-DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-
-
-class BuildRootError(OeqWheelsError):
-    pass
-
-
-@dataclass(frozen=True)
-class Deb:
-    name: str
-    version: str
-    file: str          # its path in the archive (pool/main/...)
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Pins:
-    """[toolchain]: the Debian release, its archive, what each target's compiler says of itself, the packages per
-    build host."""
-    debian: str
-    archive: str
-    compilers: dict[str, dict[str, str]]  # by the build host's Debian architecture, then target ([arch.NAME])
-    debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
-    pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
-    pythons_host: str = "amd64"           # the build host's Debian architecture those headers are (pyconfig.h's)
-
-    def compiler(self, machine: str, target: str) -> str | None:
-        """What the root's compiler for `target` says of itself on a `machine` build host."""
-        return self.compilers.get(DEBIAN_ARCH.get(machine, machine), {}).get(target)
-
-    def for_host(self, machine: str) -> tuple[Deb, ...]:
-        arch = DEBIAN_ARCH.get(machine, machine)
-        if arch not in self.debs:
-            raise BuildRootError(f"pins.toml pins no toolchain for a {machine} build host ([toolchain.{arch}]); "
-                                 f"build on {' or '.join(k for k, v in DEBIAN_ARCH.items() if v in self.debs)}, "
-                                 "or with --toolchain host (wheels that are not the released bytes)")
-        return self.debs[arch]
-
-
-def load(data: dict) -> Pins:
-    t = data["toolchain"]
-    hosts = {k: v for k, v in t.items() if isinstance(v, dict) and "debs" in v}
-    debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
-            for k, v in hosts.items()}
-    pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
-    return Pins(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs, pythons,
-                t.get("pythons_host", "amd64"))
+# The toolchain's pins (which .debs, what each compiler says of itself): pins.PinnedToolchain, [toolchain] of pins.toml.
 
 
 def key(debs: tuple[Deb, ...]) -> str:
@@ -236,7 +190,7 @@ def _make(debs: tuple[Deb, ...], files: dict[str, Path], root: Path) -> dict[str
     return record(root)
 
 
-def ensure(tc: Pins, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
+def ensure(tc: PinnedToolchain, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
     """The root of these packages (files: each one's verified .deb by file name), unpacked once per key and checked
     against its record before each use."""
     name = key(debs)

@@ -22,3 +22,7 @@ class Refused(OeqWheelsError):
     """A file that must not reach a user: not the recorded bytes, or a door found other bytes already there."""
 
     exit_code = 1
+
+
+class BuildRootError(OeqWheelsError):
+    """The pinned build root cannot be had: no pins for this build host, or a root that is not its packages'."""

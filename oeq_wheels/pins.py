@@ -10,8 +10,8 @@ from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags
 
-from . import addresses, buildroot
-from .errors import UsageError
+from . import addresses
+from .errors import BuildRootError, UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
 # The architecture whose files a pinned entry names at its top level ([nvidia."X"], a matrix's torch_wheels); each
@@ -50,6 +50,44 @@ class Pinned:
     @property
     def requirement(self) -> str:
         return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Deb:
+    """A Debian package of the build root ([toolchain.HOSTARCH] debs)."""
+    name: str
+    version: str
+    file: str          # its path in the archive (pool/main/...)
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PinnedToolchain:
+    """[toolchain]: the Debian release, its archive, what each target's compiler says of itself, the packages per
+    build host (oeq_wheels/buildroot.py makes the root of them)."""
+    debian: str
+    archive: str
+    compilers: dict[str, dict[str, str]]  # by the build host's Debian architecture, then target ([arch.NAME])
+    debs: dict[str, tuple[Deb, ...]]      # by the build host's Debian architecture
+    pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
+    pythons_host: str = "amd64"           # the build host's Debian architecture those headers are (pyconfig.h's)
+    debian_arches: dict[str, str] = dataclasses.field(default_factory=dict)  # machine -> Debian's name ([arch.NAME])
+
+    def debian_arch(self, machine: str) -> str:
+        """Debian's name for a machine's architecture (x86_64: amd64), as [arch.NAME] debian_arch says."""
+        return self.debian_arches.get(machine, machine)
+
+    def compiler(self, machine: str, target: str) -> str | None:
+        """What the root's compiler for `target` says of itself on a `machine` build host."""
+        return self.compilers.get(self.debian_arch(machine), {}).get(target)
+
+    def for_host(self, machine: str) -> tuple[Deb, ...]:
+        arch = self.debian_arch(machine)
+        if arch not in self.debs:
+            raise BuildRootError(f"pins.toml pins no toolchain for a {machine} build host ([toolchain.{arch}]); "
+                                 f"build on {' or '.join(k for k, v in self.debian_arches.items() if v in self.debs)}"
+                                 ", or with --toolchain host (wheels that are not the released bytes)")
+        return self.debs[arch]
 
 
 @dataclass(frozen=True)
@@ -231,7 +269,7 @@ class Pins:
     consumer: Consumer
     arches: dict[str, Arch]              # [arch.NAME]: x86_64 is fastmace-oeq-ext's (platform_tag)
     upstream: tuple[str, ...] = ()       # [addresses] upstream: URL prefixes of upstream projects and registries
-    toolchain: "buildroot.Pins | None" = None  # [toolchain]: the build root's Debian packages
+    toolchain: "PinnedToolchain | None" = None  # [toolchain]: the build root's Debian packages
     freethreaded: dict[str, FreeThreaded] = dataclasses.field(default_factory=dict)  # [freethreaded."X.Yt"]
     variants: Variants | None = None     # [oeq_binary.variants]
 
@@ -553,12 +591,23 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         consumer=consumer,
         arches=arches,
         upstream=upstream,
-        toolchain=buildroot.load(data),
+        toolchain=_toolchain(data, arches),
         variants=Variants(vr["local_version"], vr["schema"], tuple(vr["provider"]["requires"]),
                           vr["provider"]["plugin-api"]) if (vr := ob.get("variants")) else None,
         freethreaded={v: FreeThreaded(v, Pinned("cpython", f["version"], f["file"], f["sha256"], url=f["url"]),
                                       tuple(f["torch"])) for v, f in data.get("freethreaded", {}).items()},
     )
+
+
+def _toolchain(data: dict, arches: dict[str, Arch]) -> PinnedToolchain:
+    t = data["toolchain"]
+    hosts = {k: v for k, v in t.items() if isinstance(v, dict) and "debs" in v}
+    debs = {k: tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in v["debs"])
+            for k, v in hosts.items()}
+    pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
+    return PinnedToolchain(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs,
+                           pythons, t.get("pythons_host", "amd64"),
+                           {n: a.debian_arch for n, a in arches.items() if a.debian_arch})
 
 
 def _torch_wheels(data: dict, name: str, arch: str = TOP_ARCH) -> dict[str, Pinned]:

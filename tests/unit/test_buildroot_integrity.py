@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from oeq_wheels import buildroot
+from oeq_wheels import buildroot, pins
 
 TOOL = b"#!/bin/sh\necho the pinned tool\n"
 
@@ -49,8 +49,8 @@ def packages(tmp_path, second: dict[str, object] | None = None):
     one = deb(tmp_path / "tool_1_amd64.deb", {"./usr/bin/tool": TOOL, "./usr/bin/cc": ("link", "tool"),
                                               "./etc/tool.conf": b"setting = pinned\n"}, conffiles=("/etc/tool.conf",))
     two = deb(tmp_path / "libx_1_amd64.deb", second or {"./lib/x86_64-linux-gnu/libx.so.1": b"\x7fELF library"})
-    debs = tuple(buildroot.Deb(p.name.split("_")[0], "1", f"pool/main/x/{p.name}", "0" * 64) for p in (one, two))
-    tc = buildroot.Pins("bookworm", "http://archive.invalid/debian/", {}, {"amd64": debs}, {})
+    debs = tuple(pins.Deb(p.name.split("_")[0], "1", f"pool/main/x/{p.name}", "0" * 64) for p in (one, two))
+    tc = pins.PinnedToolchain("bookworm", "http://archive.invalid/debian/", {}, {"amd64": debs}, {})
     return tc, debs, {one.name: one, two.name: two}
 
 

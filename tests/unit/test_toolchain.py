@@ -33,7 +33,7 @@ def test_every_pinned_package_names_its_archive_file_and_sha256():
 
 def test_the_roots_name_follows_every_package():
     debs = P.load().toolchain.for_host("x86_64")
-    changed = (buildroot.Deb(debs[0].name, debs[0].version, debs[0].file, "0" * 64), *debs[1:])
+    changed = (P.Deb(debs[0].name, debs[0].version, debs[0].file, "0" * 64), *debs[1:])
     assert buildroot.key(debs) == buildroot.key(tuple(reversed(debs))) != buildroot.key(changed)
 
 
@@ -83,9 +83,9 @@ def test_the_roots_commands_see_the_hosts_directories_but_not_its_system():
 
 
 def test_this_hosts_toolchain_is_named_where_it_differs(tmp_path, monkeypatch):
-    debs = (buildroot.Deb("coreutils", "0.0-not-this", "pool/main/c/coreutils/x.deb", "0" * 64),)
+    debs = (P.Deb("coreutils", "0.0-not-this", "pool/main/c/coreutils/x.deb", "0" * 64),)
     assert buildroot.host_difference(debs).startswith("coreutils is ")
-    missing = (buildroot.Deb("no-such-package-here", "1", "pool/x.deb", "0" * 64),)
+    missing = (P.Deb("no-such-package-here", "1", "pool/x.deb", "0" * 64),)
     assert buildroot.host_difference(missing) == "no-such-package-here 1 is not installed"
     monkeypatch.setenv("PATH", str(tmp_path))
     assert "no dpkg" in buildroot.host_difference(debs)
