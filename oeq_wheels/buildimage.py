@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import proc
 from . import buildroot, debian
 from .inputs import fetch, pythons
 from . import pins as pins_mod
@@ -58,8 +59,8 @@ def interpreters(pins: pins_mod.Pins) -> list[pythons.Interpreter]:
 
 @functools.lru_cache(maxsize=None)  # key(), rootfs() and the ld.so.conf each want it: one process per CPython
 def _prefix(python: str) -> str:
-    return subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return proc.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                    check=True).stdout.strip()
 
 
 def key(pins: pins_mod.Pins, interps: list[pythons.Interpreter]) -> str:
@@ -113,7 +114,7 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
     tmp = tempfile.mkdtemp(prefix="oeq-wheels-image-", dir=out.parent)
     try:
         root = Path(tmp) / "root"
-        run = lambda *cmd: subprocess.run([*sudo, *cmd], capture_output=True, text=True)  # noqa: E731
+        run = lambda *cmd: proc.run([*sudo, *cmd], capture_output=True, text=True)  # noqa: E731
         res = run("debootstrap", "--variant=minbase", f"--keyring={debian.ARCHIVE_KEYRING}",
                   f"--include={','.join(BASE)}", tc.debian, str(root), tc.archive)
         if res.returncode != 0:
@@ -159,13 +160,13 @@ def rootfs(pins: pins_mod.Pins, cache: Path, interps: list[pythons.Interpreter])
         part = out.with_name(out.name + f".{os.getpid()}.part")
         with open(part, "wb") as f:  # as root where sudo: the root holds files only root may read (/etc/shadow)
             tar = subprocess.Popen([*sudo, "tar", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE)
-            gz = subprocess.run(["gzip", "-1"], stdin=tar.stdout, stdout=f)
+            gz = subprocess.run(["gzip", "-1"], stdin=tar.stdout, stdout=f)  # a pipe from tar: not proc.run's
             if tar.wait() != 0 or gz.returncode != 0:
                 part.unlink(missing_ok=True)
                 raise BuildImageError("tar of the build image's root failed")
         os.replace(part, out)
     finally:
-        subprocess.run([*sudo, "rm", "-rf", tmp], capture_output=True)
+        proc.run([*sudo, "rm", "-rf", tmp], capture_output=True, cleanup=True)
     return out
 
 
@@ -190,8 +191,8 @@ def ensure(client: str, pins: pins_mod.Pins, cache: Path, env: dict | None = Non
     other keys are removed only when no run uses them."""
     interps = interpreters(pins)
     name = tag(pins, interps)
-    inspect = lambda: subprocess.run([client, "image", "inspect", name], capture_output=True,  # noqa: E731
-                                     env=env).returncode == 0
+    inspect = lambda: proc.run([client, "image", "inspect", name], capture_output=True,  # noqa: E731
+                               env=env).returncode == 0
     if inspect():
         return name
     tar = _tar(cache, key(pins, interps))
@@ -202,7 +203,7 @@ def ensure(client: str, pins: pins_mod.Pins, cache: Path, env: dict | None = Non
             return name
         rootfs(pins, cache, interps)
         with open(tar, "rb") as f:
-            res = subprocess.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
+            res = proc.run([client, "import", "-", name], stdin=f, capture_output=True, text=True, env=env)
         if res.returncode != 0:
             raise BuildImageError(f"{client} import of the build image failed: "
                                   f"{(res.stderr or res.stdout).strip()[-200:]}")

@@ -21,11 +21,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
+from . import proc
 from .errors import BuildRootError
 from .files import locked, sha256_file, sweep_stale, temp_prefix
 from .pins import Deb, PinnedToolchain
@@ -54,8 +54,8 @@ def host_difference(debs: tuple[Deb, ...], inside: tuple[str, ...] = ()) -> str 
     prefix that runs dpkg in another root (sudo chroot ROOT: the build image's)."""
     if not inside and not shutil.which("dpkg-query"):
         return "this host has no dpkg, so its compilers are not Debian's pinned packages"
-    res = subprocess.run([*inside, "dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
-                          *(d.name for d in debs)], capture_output=True, text=True)
+    res = proc.run([*inside, "dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\n",
+                    *(d.name for d in debs)], capture_output=True, text=True)
     have = {}
     for line in res.stdout.splitlines():
         name, version, status = (line.split(" ", 2) + ["", ""])[:3]
@@ -66,7 +66,7 @@ def host_difference(debs: tuple[Deb, ...], inside: tuple[str, ...] = ()) -> str 
             return f"{d.name} {d.version} is not installed"
         if have[d.name] != d.version:
             return f"{d.name} is {have[d.name]}, pinned {d.version}"
-    res = subprocess.run([*inside, "dpkg", "--verify", *(d.name for d in debs)], capture_output=True, text=True)
+    res = proc.run([*inside, "dpkg", "--verify", *(d.name for d in debs)], capture_output=True, text=True)
     changed = [l.split()[-1] for l in res.stdout.splitlines() if l[:1] == "?" or "5" in l[:3]]
     if changed:
         return f"{changed[0]} differs from its package's own file (dpkg --verify)"
@@ -250,8 +250,8 @@ def bwrap_problem() -> str | None:
         exe = bwrap()
     except BuildRootError as exc:
         return str(exc)
-    res = subprocess.run([exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
-                         capture_output=True, text=True)
+    res = proc.run([exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                   capture_output=True, text=True)
     if res.returncode == 0:
         return None
     lines = (res.stderr or res.stdout).strip().splitlines()
@@ -307,7 +307,7 @@ def shims(root: Path, tools: list[str], where: Path) -> dict[str, str]:
 
 def probe(shim: str) -> str:
     """The first line `shim --version` prints, or BuildRootError naming why the root cannot run here."""
-    res = subprocess.run([shim, "--version"], capture_output=True, text=True)
+    res = proc.run([shim, "--version"], capture_output=True, text=True)
     if res.returncode != 0:
         why = (res.stderr or res.stdout).strip().splitlines()
         raise BuildRootError(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from . import proc
@@ -23,7 +22,7 @@ def as_root() -> list[str] | None:
     """The prefix that runs a command as root here: none for root, `sudo -n` where it needs no password."""
     if os.geteuid() == 0:
         return []
-    if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+    if shutil.which("sudo") and proc.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
         return ["sudo", "-n"]
     return None
 

@@ -27,25 +27,37 @@ def cancel() -> None:
         running = list(_children)
     for p in running:
         try:
-            os.killpg(p.pid, signal.SIGTERM)
+            if p.pid == os.getpgid(p.pid):  # its own group (proc.run's children but the foreground ones)
+                os.killpg(p.pid, signal.SIGTERM)
+            else:
+                p.terminate()
         except ProcessLookupError:
             pass
 
 
 def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, check: bool = False,
         env: dict | None = None, cwd=None, timeout: float | None = None,
-        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+        on_line: Callable[[str], None] | None = None, input: str | bytes | None = None, stdin=None,
+        foreground: bool = False, cleanup: bool = False) -> subprocess.CompletedProcess:
     """subprocess.run's contract (the subset we use), stopped by cancel().
 
     on_line: stdout is read line by line (text) and each line handed over as it comes,
     e.g. pip's progress; the full text is still returned.
+    input, stdin: as subprocess.run's.
+    foreground: the child stays in our process group, with the terminal (twine may ask for a password there);
+    cancel() still stops it.
+    cleanup: runs even when the run is stopped (removing what a stopped step left).
     """
+    if on_line is not None and input is not None:
+        raise ValueError("proc.run: on_line and input together are not supported")
     debug("$ " + " ".join(map(str, cmd)))
     pipe = subprocess.PIPE if (capture_output or on_line) else None
     with _guard:  # checked under the guard: cancel() either sees this child or stops it from starting
-        stop_if_cancelled()
-        p = subprocess.Popen(cmd, stdout=pipe, stderr=subprocess.PIPE if capture_output else None,
-                             text=text or bool(on_line), env=env, cwd=cwd, start_new_session=True)
+        if not cleanup:
+            stop_if_cancelled()
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else stdin, stdout=pipe,
+                             stderr=subprocess.PIPE if capture_output else None, text=text or bool(on_line), env=env,
+                             cwd=cwd, start_new_session=not foreground)
         _children.add(p)
     try:
         if on_line is not None:
@@ -63,15 +75,19 @@ def run(cmd: list[str], *, capture_output: bool = False, text: bool = False, che
                 reader.join()
             out, err = "".join(lines), (err_box[0] if err_box else None)
         else:
-            out, err = p.communicate(timeout=timeout)
+            out, err = p.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
+        if foreground:
+            p.kill()
+        else:
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         raise
     finally:
         with _guard:
             _children.discard(p)
-    stop_if_cancelled()
+    if not cleanup:
+        stop_if_cancelled()
     result = subprocess.CompletedProcess(cmd, p.returncode, out, err)
     if check:
         result.check_returncode()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import lzma
 import re
-import subprocess
 import tempfile
 import urllib.error
 import urllib.parse
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import tomlkit
 
+from . import proc
 from . import debian
 from .errors import UsageError
 
@@ -50,8 +50,8 @@ def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = N
         signed = Path(tmp) / "InRelease"
         signed.write_bytes(data)
         # A home of its own: gpgv trusts the named keyring alone, never one of this user's.
-        res = subprocess.run(["gpgv", "--homedir", tmp, "--keyring", str(keyring), "--output", "-", str(signed)],
-                             capture_output=True)
+        res = proc.run(["gpgv", "--homedir", tmp, "--keyring", str(keyring), "--output", "-", str(signed)],
+                       capture_output=True)
     if res.returncode != 0:
         said = [l for l in res.stderr.decode(errors="replace").splitlines() if l.strip()]
         why = said[-1] if said else f"gpgv exit {res.returncode}"

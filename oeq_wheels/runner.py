@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import proc
 from .errors import OeqWheelsError, UsageError
 from .progress import say
 
@@ -60,11 +61,11 @@ def ensure_image(name: str | None = None) -> str:
             return buildimage.ensure(client, load(), default_cache())
         except buildimage.BuildImageError as exc:
             raise ImageUnavailable(f"the build image cannot be made for {client}: {exc}") from None
-    if subprocess.run([client, "image", "inspect", name], capture_output=True).returncode == 0:
+    if proc.run([client, "image", "inspect", name], capture_output=True).returncode == 0:
         return name
     say(f"oeq-wheels: pulling {name} with {client} (once; later runs reuse it)")
     try:
-        r = subprocess.run([client, "pull", name], capture_output=True, text=True, timeout=PULL_TIMEOUT)
+        r = proc.run([client, "pull", name], capture_output=True, text=True, timeout=PULL_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise ImageUnavailable(f"the build image {name} is not in {client}'s store and pulling it took over "
                                f"{PULL_TIMEOUT} s") from None
@@ -83,7 +84,7 @@ def _engine_answers() -> bool:
     client = engine()
     if not shutil.which(client):
         return False
-    return subprocess.run([client, "info"], capture_output=True).returncode == 0
+    return proc.run([client, "info"], capture_output=True).returncode == 0
 
 
 def choose(runner: str) -> str | None:

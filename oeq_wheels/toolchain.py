@@ -47,8 +47,8 @@ class Toolchain:
     def accepts(self, flag: str) -> bool:
         """Whether the C++ compiler takes flag (CMake's check_cxx_compiler_flag), asked once per flag."""
         if flag not in self._accepts:
-            res = subprocess.run([*shlex.split(self.cxx), flag, "-Werror", "-fsyntax-only", "-x", "c++", "-"],
-                                 input="int main() { return 0; }\n", capture_output=True, text=True, timeout=60)
+            res = proc.run([*shlex.split(self.cxx), flag, "-Werror", "-fsyntax-only", "-x", "c++", "-"],
+                           input="int main() { return 0; }\n", capture_output=True, text=True, timeout=60)
             self._accepts[flag] = res.returncode == 0
         return self._accepts[flag]
 
@@ -65,8 +65,8 @@ class Toolchain:
             raise CompileError(f"C++ compiler {cxx!r} does not run ({exc}); install g++ or set CXX") from exc
         # __VERSION__ is what the compiler says of itself; GCC's lacks the name, so it is added, as
         # Python's platform.python_compiler() does.
-        macro = subprocess.run([*shlex.split(cxx), "-E", "-P", "-x", "c++", "-"], input="__clang__ __VERSION__\n",
-                               capture_output=True, text=True, timeout=60)
+        macro = proc.run([*shlex.split(cxx), "-E", "-P", "-x", "c++", "-"], input="__clang__ __VERSION__\n",
+                         capture_output=True, text=True, timeout=60)
         words = macro.stdout.strip().split(" ", 1) if macro.returncode == 0 else []
         release = ""
         if len(words) == 2:

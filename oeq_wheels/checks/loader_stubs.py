@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
 
+from .. import proc
 from ..elf import dynamic_symbol_table, elf_facts
 from ..errors import OeqWheelsError
 
@@ -64,7 +64,7 @@ def system_libraries(sysroot: Path | None = None) -> dict[str, Path]:
         return found
     for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
         if os.access(ldconfig, os.X_OK):
-            r = subprocess.run([ldconfig, "-p"], capture_output=True, text=True)
+            r = proc.run([ldconfig, "-p"], capture_output=True, text=True)
             for m in re.finditer(r"^\s+(\S+) \(.*\) => (\S+)$", r.stdout, re.M):
                 found.setdefault(m.group(1), Path(m.group(2)))
             break
@@ -101,9 +101,9 @@ def _symbols(path: Path) -> tuple[dict, set]:
 
 def _interpreter_files(interpreter: Path) -> list[str]:
     """The interpreter's executable and, for a shared build, its libpython: what defines the Python C API."""
-    r = subprocess.run([str(interpreter), "-c", "import os, sys, sysconfig; print(os.path.realpath(sys.executable)); "
-                        "print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', "
-                        "sysconfig.get_config_var('LDLIBRARY') or ''))"], capture_output=True, text=True, check=True)
+    r = proc.run([str(interpreter), "-c", "import os, sys, sysconfig; print(os.path.realpath(sys.executable)); "
+                  "print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', "
+                  "sysconfig.get_config_var('LDLIBRARY') or ''))"], capture_output=True, text=True, check=True)
     exe, lib = (r.stdout.splitlines() + ["", ""])[:2]
     # LDLIBRARY of a static build (a CPython built here: inputs/freethreaded.py) is libpython3.X.a: no dynamic symbols
     return [f for f in (exe, lib) if os.path.isfile(f) and (f == exe or ".so" in os.path.basename(f))]
@@ -218,7 +218,7 @@ def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc", sysroot: Pat
             if versions:
                 script.write_text(versions)
                 cmd.append(f"-Wl,--version-script={script}")
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = proc.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise LoaderStubError(f"load stub {soname}: {cc} failed: {r.stderr.strip()[-300:]}")
         made.append(out / soname)

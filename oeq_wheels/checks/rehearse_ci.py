@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from collections.abc import Callable
 
+from .. import proc
 from .. import pins as pins_mod
 from ..inputs import pythons
 from ..errors import OeqWheelsError
@@ -75,7 +76,7 @@ REHEARSAL_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "oeq-wheels rehearse-ci",
 
 
 def _git(*args: str, env: dict | None = None) -> str:
-    return subprocess.run(["git", *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    return proc.run(["git", *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
 def working_tree_commit(repo: Path, clone: Path) -> tuple[str, str, int]:
@@ -115,12 +116,12 @@ def tagged_clone(repo: Path, clone: Path, pins: pins_mod.Pins) -> tuple[Path, st
     repository, tagged v<version> as the tag push that starts the release; the tag is moved to HEAD where the checkout
     has it already (test.yml as release.yml calls it runs from a checkout of the tag). Returns (the clone, the tag,
     a line saying which tree is rehearsed)."""
-    subprocess.run(["git", "clone", "-q", "--no-local", str(repo), str(clone)], check=True)
+    proc.run(["git", "clone", "-q", "--no-local", str(repo), str(clone)], check=True)
     head, tree, changed = working_tree_commit(repo, clone)
-    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin",
-                    f"https://github.com/{pins.repository}.git"], check=True)
+    proc.run(["git", "-C", str(clone), "remote", "set-url", "origin",
+              f"https://github.com/{pins.repository}.git"], check=True)
     tag = f"v{pins.version}"
-    subprocess.run(["git", "-C", str(clone), "tag", "-f", tag], check=True, capture_output=True)
+    proc.run(["git", "-C", str(clone), "tag", "-f", tag], check=True, capture_output=True)
     return clone, tag, describe_tree(head, tree, changed)
 
 
@@ -143,7 +144,7 @@ def act_binary() -> str:
 
 
 def password_free_sudo() -> bool:
-    return bool(shutil.which("sudo")) and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+    return bool(shutil.which("sudo")) and proc.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
 
 
 def missing_here(euid: int, sudo: Callable[[], bool], act: Path) -> str | None:
@@ -193,12 +194,12 @@ def runner_user() -> tuple[str, Path]:
         me = pwd.getpwuid(os.geteuid())
         return me.pw_name, Path(me.pw_dir)
     if not shutil.which("sudo"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "sudo"], check=True, capture_output=True,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        proc.run(["apt-get", "install", "-y", "-qq", "sudo"], check=True, capture_output=True,
+                 env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     try:
         entry = pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
+        proc.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
         entry = pwd.getpwnam(USER)
     rule = Path("/etc/sudoers.d/oeq-wheels-rehearsal")
     if not rule.is_file():
@@ -219,8 +220,8 @@ def tool_cache(dest: Path, versions: list[str]) -> Path:
     pip-installed into them); setup-python's stand-in puts them on PATH."""
     for v in versions:
         interp = pythons.find(v)
-        prefix = Path(subprocess.run([interp.executable, "-c", "import sys; print(sys.base_prefix)"],
-                                     capture_output=True, text=True, check=True).stdout.strip())
+        prefix = Path(proc.run([interp.executable, "-c", "import sys; print(sys.base_prefix)"],
+                               capture_output=True, text=True, check=True).stdout.strip())
         target = dest / "Python" / interp.full_version / "x64"
         if not target.is_dir():
             shutil.copytree(prefix, target, symlinks=True, ignore=pythons.as_installed(prefix, keep=("pip", "setuptools")))
@@ -418,16 +419,16 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             last_mile.seed(ws, scenario, REPO, tag, pins)
         before = last_mile.snapshot(ws)
         if os.geteuid() == 0:
-            subprocess.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
+            proc.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
         as_user = [] if os.geteuid() != 0 else ["sudo", "-u", user, "-H", "--"]
         # The stand-ins' own tools (twine for the publish stand-in), in a cache of the rehearsal's, not the runner's.
-        boot = subprocess.run([*as_user, "env", f"OEQ_WHEELS_CACHE={ws / 'standin-cache'}",
-                               str(clone / "tools" / "bootstrap.sh")], capture_output=True, text=True)
+        boot = proc.run([*as_user, "env", f"OEQ_WHEELS_CACHE={ws / 'standin-cache'}",
+                         str(clone / "tools" / "bootstrap.sh")], capture_output=True, text=True)
         if boot.returncode != 0:
             raise RehearsalError(f"the stand-ins' tools: {boot.stderr.strip()[-500:]}")
         standin_python = boot.stdout.strip()
         say(f"rehearse-ci: {tag} of {pins.repository}, run by user {user} (password-free sudo) with act "
-            f"({subprocess.run([act, '--version'], capture_output=True, text=True).stdout.strip()})")
+            f"({proc.run([act, '--version'], capture_output=True, text=True).stdout.strip()})")
         for action, (_folder, what) in STANDINS.items():
             say(f"rehearse-ci: stand-in for {action}: {what}")
         for job, why in NOT_RUN.items():
@@ -453,13 +454,13 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                    *(a for j in jobs or [] for a in ("-j", j))]
             say(f"rehearse-ci: act log: {log}")
             with open(log, "w") as f:
-                proc = subprocess.Popen([*as_user, "env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd],
-                                        cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                for line in proc.stdout:
+                child = subprocess.Popen([*as_user, "env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd],
+                                         cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for line in child.stdout:
                     f.write(line)
                     if re.search(r"Job (succeeded|failed)|Skipping|::error|❌|rehearse-ci|stand-in", line):
                         print(line.rstrip(), flush=True)
-                rc = proc.wait()
+                rc = child.wait()
         if scenario:
             shutil.copyfile(log, _last_log().with_name(f"last-mile-{scenario.name}.log"))
             res = _judge(scenario, rc, log.read_text(), ws, before)
@@ -486,4 +487,4 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         return 1 if problems else 0
     finally:
         if not keep:
-            subprocess.run(_as_root(["rm", "-rf", str(ws)]), capture_output=True)
+            proc.run(_as_root(["rm", "-rf", str(ws)]), capture_output=True, cleanup=True)

@@ -120,12 +120,12 @@ def write(path: Path, tool: str, commit: str, machine: dict, wheels: list[Path],
 def checkout_commit() -> str:
     """The commit of this checkout, for a record made here; UsageError where it has none or has changes (a record
     names the exact code that ran)."""
-    import subprocess
+    from .. import proc
     repo = DIR.parents[1]
     try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True)
+        head = proc.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = proc.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                         capture_output=True, text=True)
     except OSError:
         raise UsageError("a run record names its commit, and git is not here; install git") from None
     if head.returncode != 0:

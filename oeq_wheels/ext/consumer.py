@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
+from .. import proc
 from ..inputs import fetch, unpack, pythons
 from ..files import default_cache
 from ..pins import ExtVariant, Pins
@@ -62,8 +62,8 @@ def ask(files: dict[str, bytes], python: str, ev: ExtVariant, *, torch: str | No
         # A shared CPython may find its libpython only there (setup-python's, on GitHub's runner: make rehearse-ci).
         if os.environ.get("LD_LIBRARY_PATH"):
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-        res = subprocess.run([interp.executable, "-c", PROBE, str(pkg), torch or p.matrix.consumer_torch,
-                              oeq or ev.oeq_exact, machine], capture_output=True, text=True, env=env, timeout=120)
+        res = proc.run([interp.executable, "-c", PROBE, str(pkg), torch or p.matrix.consumer_torch,
+                        oeq or ev.oeq_exact, machine], capture_output=True, text=True, env=env, timeout=120)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
         return {"usable": False, "reason": f"{p.consumer.label}'s check failed to run: {last}", "extension_version": None}

@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import proc
 from ..errors import UsageError
 from ..files import sha256_file, temp_prefix
 from ..pins import cp_tag, free_threaded
@@ -51,7 +52,7 @@ def _pyenv_root() -> Path | None:
     exe = shutil.which("pyenv")
     if exe:
         try:
-            return Path(subprocess.run([exe, "root"], capture_output=True, text=True, check=True).stdout.strip())
+            return Path(proc.run([exe, "root"], capture_output=True, text=True, check=True).stdout.strip())
         except (OSError, subprocess.CalledProcessError):
             pass
     default = Path.home() / ".pyenv"
@@ -80,8 +81,8 @@ def probe(executable: str) -> dict | None:
     if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
         return None
     try:
-        proc = subprocess.run([executable, "-I", "-c", PROBE], capture_output=True, text=True, timeout=30)
-        return json.loads(proc.stdout) if proc.returncode == 0 else None
+        res = proc.run([executable, "-I", "-c", PROBE], capture_output=True, text=True, timeout=30)
+        return json.loads(res.stdout) if res.returncode == 0 else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

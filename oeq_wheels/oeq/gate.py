@@ -10,6 +10,7 @@ from fastmace_oeq_ext import cudaflags
 from fastmace_oeq_ext.manifest import ManifestError
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
+from .. import proc
 from .. import pins as pins_mod
 from ..elf import dynamic_symbols, TORCH_CXX
 from ..files import remembered
@@ -150,13 +151,12 @@ def abi3audit(wheel: Path) -> tuple[str, list[str]]:
     """abi3audit's verdict (pypa/abi3audit, hash-locked): every shared object of the wheel uses only the limited
     API of its tag's CPython (cp312-abi3: 3.12), read from its own symbol tables and abi3info's lists."""
     import json
-    import subprocess
     import sys
     import tempfile
     with tempfile.TemporaryDirectory(prefix="oeq-wheels-abi3audit-") as tmp:
         report = Path(tmp) / "report.json"
-        res = subprocess.run([sys.executable, "-m", "abi3audit", "--strict", "--report", "-o", str(report),
-                              str(wheel)], capture_output=True, text=True)
+        res = proc.run([sys.executable, "-m", "abi3audit", "--strict", "--report", "-o", str(report),
+                        str(wheel)], capture_output=True, text=True)
         try:
             specs = json.loads(report.read_text())["specs"]
         except (OSError, ValueError, KeyError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -17,6 +16,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from .. import proc
 from .. import pins as pins_mod
 from ..errors import Refused, UsageError
 from ..files import sha256_file, write_atomic
@@ -271,7 +271,8 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
         cmd += ["--repository", repository]
     # twine finds the credentials itself (environment, ~/.pypirc, keyring, trusted publishing);
     # they are never passed, printed or logged here. Without any it refuses and uploads nothing.
-    proc = subprocess.run(cmd + [str(w) for w in ours])
-    if proc.returncode != 0:
+    # In our process group: twine may ask for credentials at the terminal.
+    res = proc.run(cmd + [str(w) for w in ours], foreground=True)
+    if res.returncode != 0:
         raise ReleaseError("twine upload failed (see its output above); fix the credentials or the repository")
     return 0

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import proc
 from ..errors import Refused, UsageError
 from ..files import sha256_file
 
@@ -100,8 +100,8 @@ def at_tag(tag: str, repo: Path = REPO) -> Recorded:
     serve, whatever its assets say now."""
     if not re.fullmatch(r"v[0-9][A-Za-z0-9.+_-]*", tag):
         raise UsageError(f"{tag!r} is not a release tag (v<version>); name a tag of this repository")
-    res = subprocess.run(["git", "-C", str(repo), "show", f"refs/tags/{tag}:{RELATIVE.as_posix()}"],
-                         capture_output=True)
+    res = proc.run(["git", "-C", str(repo), "show", f"refs/tags/{tag}:{RELATIVE.as_posix()}"],
+                   capture_output=True)
     if res.returncode != 0:
         raise Refused(f"release {tag}: its tag has no {RELATIVE.as_posix()} in this clone "
                       f"({res.stderr.decode(errors='replace').strip()[:200]}); fetch the tags (checkout with "

@@ -144,7 +144,7 @@ def test_the_build_images_debootstrap_checks_the_archive_with_debians_keyring(tm
     def run(cmd, **kw):
         ran.append(cmd)
         return subprocess.CompletedProcess(cmd, 1, "", "E: stopped here by the test\n")
-    monkeypatch.setattr(buildimage.subprocess, "run", run)
+    monkeypatch.setattr(buildimage.proc, "run", run)
     pins = P.load()
     with pytest.raises(buildimage.BuildImageError, match="debootstrap bookworm from .* failed"):
         buildimage.rootfs(pins, tmp_path, [])

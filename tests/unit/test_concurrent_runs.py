@@ -43,7 +43,7 @@ def test_a_second_run_waits_for_the_first_to_make_the_image_naming_it(tmp_path, 
             return subprocess.CompletedProcess(cmd, 0 if imported else 1)
         imported.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
-    monkeypatch.setattr(buildimage.subprocess, "run", engine)
+    monkeypatch.setattr(buildimage.proc, "run", engine)
     monkeypatch.setattr(buildimage, "say", said.append)
 
     def rootfs(pins, cache, interps):

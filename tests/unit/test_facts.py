@@ -57,3 +57,29 @@ def test_which_line_a_wheel_version_is():
         assert p.line_of(rebuilt, line.arch.name, any_rebuild=True) == line
         assert p.line_of(f"{p.oeq.version}.post9+{cuda}.1.torch0.0.0", any_rebuild=True).name == line.name
     assert p.line_of(f"{p.oeq.version}+oeqwheels.cu99.1", any_rebuild=True) is None
+
+
+def test_tools_start_through_proc_run():
+    """proc.run is the one place a tool is run to its end (stopped with the run, in its own group); a Popen that
+    streams (a pipe, a server) is the exception. pypi_mirror.py is the suite's harness, not the pipeline's."""
+    calls = ("subprocess.run(", "subprocess.call(", "subprocess.check_call(", "subprocess.check_output(")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "oeq_wheels").rglob("*.py"))
+             if p.name not in ("proc.py", "pypi_mirror.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if any(c in line for c in calls)]
+    assert found == ["oeq_wheels/buildimage.py:" + str(next(
+        n for n, l in enumerate((REPO / "oeq_wheels/buildimage.py").read_text().splitlines(), 1)
+        if 'subprocess.run(["gzip"' in l))], found
+
+
+def test_proc_run_feeds_input_and_cleans_up_after_a_stop(monkeypatch):
+    import threading
+
+    import pytest
+
+    from oeq_wheels import proc, stop
+    assert proc.run(["cat"], input="fed\n", capture_output=True, text=True).stdout == "fed\n"
+    monkeypatch.setattr(stop, "_stopped", threading.Event())  # this test's stop, not the session's
+    stop.request()
+    with pytest.raises(stop.Interrupted):
+        proc.run(["true"])
+    assert proc.run(["true"], cleanup=True).returncode == 0
