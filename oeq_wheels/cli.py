@@ -17,7 +17,8 @@ from pathlib import Path
 
 from . import __version__, output, proc, progress, stop
 from .errors import OeqWheelsError, UsageError
-from .files import KEEP_DIR_VAR, sweep_stale, temp_prefix
+from .files import sweep_stale, temp_prefix
+from .settings import KEEP_DIR
 
 
 def _comma_list(text: str) -> list[str]:
@@ -235,7 +236,7 @@ def _run_tempdir():
     run_tmp = tempfile.mkdtemp(dir=base, prefix=temp_prefix("oeq-wheels-run"))
     saved = os.environ.get("TMPDIR")
     os.environ["TMPDIR"], tempfile.tempdir = run_tmp, run_tmp
-    os.environ.setdefault(KEEP_DIR_VAR, str(base))  # where what a run keeps on purpose goes (files.keep_dir)
+    os.environ.setdefault(KEEP_DIR, str(base))  # where what a run keeps on purpose goes (files.keep_dir)
     try:
         yield
     finally:

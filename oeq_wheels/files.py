@@ -11,12 +11,13 @@ import re
 import shutil
 from pathlib import Path
 
+from . import settings
+from .settings import KEEP_DIR as KEEP_DIR_VAR  # noqa: F401  (tests/conftest.py's name for it)
+
 
 def default_cache() -> Path:
-    env = os.environ.get("OEQ_WHEELS_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "oeq-wheels"
+    """OEQ_WHEELS_CACHE, else oeq-wheels in the user's cache folder (settings.py)."""
+    return settings.current().cache
 
 
 def sha256_file(path: Path) -> str:
@@ -89,14 +90,11 @@ def locked_dir(directory: Path):
         os.close(fd)
 
 
-KEEP_DIR_VAR = "OEQ_WHEELS_KEEP_DIR"
-
-
 def keep_dir() -> str | None:
     """Where a check's work that is kept on purpose (a failed install, --keep) goes: outside a CLI run's temporary
     directory, which goes when the run ends. The CLI sets it to the system's temporary directory unless it is set
     already; the test suite sets it under its own base folder, which its next run removes (5 GB per kept venv)."""
-    return os.environ.get(KEEP_DIR_VAR)
+    return settings.current().keep_dir
 
 
 def temp_prefix(name: str) -> str:

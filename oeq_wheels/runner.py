@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from . import proc
+from . import proc, settings
 from .errors import OeqWheelsError, UsageError
 from .progress import say
 
@@ -36,7 +36,7 @@ def manylinux_image() -> str:
 
 def image() -> str | None:
     """The image the user named (OEQ_WHEELS_IMAGE), else None: the build image of the pinned toolchain."""
-    return os.environ.get("OEQ_WHEELS_IMAGE") or None
+    return settings.current().image
 
 
 def pull_cause(stderr: str) -> str:
@@ -134,5 +134,5 @@ def exec_container(args: list[str], name: str):
     if not RUN_CONTAINER.is_file():
         raise UsageError(f"the container runner needs a checkout of oeq-wheels ({RUN_CONTAINER} is missing); "
                          "run from a clone, or use --runner host")
-    os.environ["OEQ_WHEELS_IMAGE"] = name
+    os.environ[settings.IMAGE] = name  # the container runner's (tools/release/oeq_wheels/run_container.sh)
     os.execv(str(RUN_CONTAINER), [str(RUN_CONTAINER), *args])

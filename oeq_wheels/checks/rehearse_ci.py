@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from collections.abc import Callable
 
-from .. import proc
+from .. import proc, settings
 from .. import pins as pins_mod
 from ..inputs import pythons
 from ..errors import OeqWheelsError
@@ -422,7 +422,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
             proc.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
         as_user = [] if os.geteuid() != 0 else ["sudo", "-u", user, "-H", "--"]
         # The stand-ins' own tools (twine for the publish stand-in), in a cache of the rehearsal's, not the runner's.
-        boot = proc.run([*as_user, "env", f"OEQ_WHEELS_CACHE={ws / 'standin-cache'}",
+        boot = proc.run([*as_user, "env", f"{settings.CACHE}={ws / 'standin-cache'}",
                          str(clone / "tools" / "bootstrap.sh")], capture_output=True, text=True)
         if boot.returncode != 0:
             raise RehearsalError(f"the stand-ins' tools: {boot.stderr.strip()[-500:]}")

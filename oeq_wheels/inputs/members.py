@@ -35,7 +35,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import registry
+from .. import registry, settings
 from ..errors import OeqWheelsError
 from ..files import temp_prefix, sweep_stale
 from ..pins import Pinned
@@ -56,10 +56,7 @@ class Unsupported(OeqWheelsError):
 
 def mode() -> str:
     """'members' (the default) or 'whole' (OEQ_WHEELS_FETCH=whole: every input as a whole file)."""
-    value = os.environ.get("OEQ_WHEELS_FETCH", "members")
-    if value not in ("members", "whole"):
-        raise OeqWheelsError(f"OEQ_WHEELS_FETCH={value!r} is not one of members, whole; unset it or pick one")
-    return value
+    return settings.current().fetch
 
 
 def by_members(pin: Pinned) -> bool:

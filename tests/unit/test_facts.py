@@ -83,3 +83,25 @@ def test_proc_run_feeds_input_and_cleans_up_after_a_stop(monkeypatch):
     with pytest.raises(stop.Interrupted):
         proc.run(["true"])
     assert proc.run(["true"], cleanup=True).returncode == 0
+
+
+def settings_table() -> set[str]:
+    """The variables docs/pipeline.md's settings table names (its first column)."""
+    text = (REPO / "docs" / "pipeline.md").read_text()
+    rows = text[text.index("| variable | what it does |"):].split("\n\n", 1)[0].splitlines()[2:]
+    return {r.split("|")[1].strip().strip("`") for r in rows}
+
+
+def test_the_settings_table_names_what_settings_reads():
+    from oeq_wheels import settings
+    # OEQ_WHEELS_PYPI_MIRROR: the suite's PyPI mirror reads it (pypi_mirror.py, wherever the harness keeps it)
+    assert settings_table() == {*settings.NAMES, "OEQ_WHEELS_PYPI_MIRROR"}
+
+
+def test_only_settings_reads_an_oeq_wheels_variable():
+    """An OEQ_WHEELS_* name as code (no blank in the string) only in settings.py (and the suite's mirror): prose may
+    name one."""
+    found = [f"{p.relative_to(REPO)}:{line}" for p in sorted((REPO / "oeq_wheels").rglob("*.py"))
+             if p.name not in ("settings.py", "pypi_mirror.py")
+             for line, s in code_strings(p) if "OEQ_WHEELS_" in s and not any(c.isspace() for c in s)]
+    assert not found, f"read it through oeq_wheels.settings: {found}"
