@@ -168,7 +168,7 @@ def stable_port(key: str) -> int:
 def pypi_standin(packages: Path, log: Path, fallback: str | None = None):
     """pypiserver over `packages`, redirecting every project it lacks to `fallback` (default: PyPI, through the
     session's mirror of it where there is one); yields its simple URL."""
-    from .pypi_mirror import url as mirror
+    from .venvs import mirror_url as mirror
     fallback = fallback or mirror() or "https://pypi.org/simple/"
     with pypiserver(packages, log, "-a", ".", "-P", ".", "--fallback-url", fallback) as root:
         yield root + "simple/"

@@ -42,7 +42,7 @@ from ..files import default_cache, keep_dir
 from ..output import extra_dir
 from ..tags import wheel_arch
 from ..release import site as site_mod
-from . import emulated, hosts, loader_stubs, pypi_mirror, run_records
+from . import emulated, hosts, loader_stubs, run_records
 from .cleaninstall import has_gpu
 
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
@@ -207,9 +207,9 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
     """One fresh install of ARGS (pip or uv), compilers hidden before it; then the checks.
 
     env_extra: variables for the installer (e.g. a stand-in for PyPI's index), set last.
-    standins: PyPI through the session mirror's stand-in index (pypi_mirror.py: NVIDIA's library wheels and Triton
-    as their metadata alone, resolved as PyPI's), and load stubs for the libraries they leave out; no GPU is
-    called either way. Without a mirror (a run outside the suite), PyPI's wheels whole.
+    standins: PyPI through the session mirror's stand-in index (venvs.standin_url; tests/support/pypi_mirror.py:
+    NVIDIA's library wheels and Triton as their metadata alone, resolved as PyPI's), and load stubs for the libraries
+    they leave out; no GPU is called either way. Without a mirror (a run outside the suite), PyPI's wheels whole.
     """
     # Where a failed or --keep case stays (files.keep_dir), outside the run's own temporary directory.
     work = Path(tempfile.mkdtemp(prefix=f"oeq-matrix-{case.torch}-{case.line.key}-{case.python or 'venv'}-"
@@ -220,7 +220,7 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
            ("CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV")}
     # In a Debian root, its own PATH: this host's CPythons (bound in with its folders) are not that system's.
     path = "/usr/local/bin:/usr/bin:/bin" if case.rooted else env["PATH"]
-    asked, standins = standins, standins and pypi_mirror.standin_url() is not None
+    asked, standins = standins, standins and venvs.standin_url() is not None
     path = f"{path_extra}{os.pathsep}{path}" if path_extra else path  # after the sentinels: a stand-in nvidia-smi
     env.update(venvs.index_env(standins), PATH=f"{sbin}{os.pathsep}{path}", UV_NO_CONFIG="1",
                TORCH_EXTENSIONS_DIR=str(work / "ext"))

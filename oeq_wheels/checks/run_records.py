@@ -7,7 +7,7 @@ checked against its record by tests, and the proof table of `make test` prints e
 with its date and whether its wheels are today's bytes (records/release.json): CURRENT, or STALE naming the first
 wheel that is not.
 
-Standard library only: tests/claims.py reads it while judging the suite.
+Standard library only: tests/support/claims.py reads it while judging the suite.
 """
 from __future__ import annotations
 

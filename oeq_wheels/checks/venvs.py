@@ -13,19 +13,34 @@ from ..inputs import fetch, pythons
 from ..files import locked, sha256_file
 from ..oeq import wheel as oeqpy
 from ..pins import Pins
-from . import pypi_mirror
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 # PyPI as uv names its default index. uv keys its cache by the index's URL as written: "https://pypi.org/simple/"
 # (with the slash) is another index to it, and every wheel installed through it would be stored a second time.
 UV_PYPI = "https://pypi.org/simple"
+# The test suite's kept mirror of PyPI (tests/support/pypi_mirror.py), where one runs: its simple index URL. The
+# verbs the suite runs (install-matrix, clean-install, the variant index's check) install through it.
+MIRROR_ENV = "OEQ_WHEELS_PYPI_MIRROR"
+
+
+def mirror_url() -> str | None:
+    """The running session's mirror of PyPI (its simple index URL), or None where installs go to PyPI directly."""
+    value = os.environ.get(MIRROR_ENV, "")
+    return value if value.startswith("http") else None
+
+
+def standin_url() -> str | None:
+    """The running session's stand-in index (NVIDIA's library wheels and Triton as stand-ins), or None without a
+    mirror."""
+    index = mirror_url()
+    return index.removesuffix("simple/") + "standin/simple/" if index else None
 
 
 def pypi_index() -> str:
-    """PyPI as the tests' installs reach it: the session's kept mirror of it (pypi_mirror), else PyPI as uv spells
+    """PyPI as the tests' installs reach it: the session's kept mirror of it (mirror_url), else PyPI as uv spells
     it. Every install names it the same way, so that uv's cache holds each wheel once."""
-    return pypi_mirror.url() or UV_PYPI
+    return mirror_url() or UV_PYPI
 
 
 def index_env(standins: bool = False) -> dict:
@@ -33,7 +48,7 @@ def index_env(standins: bool = False) -> dict:
     an --index-url or UV_DEFAULT_INDEX given to uv overrides (UV_DEFAULT_INDEX would override the command line's
     --index-url). The timeouts are for a request that waits while another fetches the same 900 MB wheel.
     standins: the mirror's stand-in index (NVIDIA's library wheels and Triton as metadata-only stand-ins)."""
-    mirror = pypi_mirror.standin_url() if standins else pypi_mirror.url()
+    mirror = standin_url() if standins else mirror_url()
     return dict(PIP_INDEX_URL=mirror, PIP_DEFAULT_TIMEOUT="600", UV_INDEX_URL=mirror,
                 UV_HTTP_TIMEOUT="600") if mirror else {}
 

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
-from conftest import run_cli
+from support.cli import run_cli
 from test_fastmace_rules import ask  # FastMACE's own calls, with and without the rules
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, driver_stub, elf
@@ -27,9 +27,9 @@ from oeq_wheels.checks import venvs
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
-from oeq_wheels.checks import emulated, installmatrix, loader_stubs, pypi_mirror
+from oeq_wheels.checks import emulated, installmatrix, loader_stubs
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 EXTLIB = "openequivariance/_torch/extlib/"
 MODULE = EXTLIB + "oeq_stable_cuda.cpython-311-aarch64-linux-gnu.so"
@@ -180,7 +180,7 @@ def aarch64_uv_cache(tmp_path_factory):
     """uv's cache of this module's aarch64 installs (PyPI's aarch64 torch at the line's floor for CPython 3.11 and
     3.13 with its NVIDIA wheels, ~6 GB), removed when the module ends: the suite's peak disk (a later test's pip
     install of the x86_64 torch) does not hold it, and the user's uv cache never gets aarch64 wheels from the tests. A
-    later run unpacks them again from the session's mirror of PyPI (oeq_wheels/checks/pypi_mirror.py), not from PyPI."""
+    later run unpacks them again from the session's mirror of PyPI (tests/support/pypi_mirror.py), not from PyPI."""
     d = tmp_path_factory.mktemp("aarch64-uv-cache")
     yield d
     shutil.rmtree(d, ignore_errors=True)
@@ -205,7 +205,7 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
     # NVIDIA's aarch64 wheels as stand-ins (~2 GB PyPI never sends): what torch and OEq take from them is stubbed,
     # the exact set printed in the proof table's row; with NVIDIA's wheels whole (no stand-in index) nothing is.
     (stubs,) = installmatrix.stubs_shown(table)
-    assert stubs or pypi_mirror.standin_url() is None, table
+    assert stubs or venvs.standin_url() is None, table
     record_property("load stubs", stubs)
 
 

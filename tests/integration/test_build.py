@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from builds import private_cache
-from conftest import REPO, run_cli
+from support.builds import private_cache
+from support import REPO
+from support.cli import run_cli
 from fastmace_oeq_ext.manifest import Manifest
 from oeq_wheels.ext import assemble
 from oeq_wheels import build, pins as P, elf, tags

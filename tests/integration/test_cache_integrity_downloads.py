@@ -2,7 +2,7 @@
 unpacked tree is never used, an unchanged one is not read again (objects and blobs: tests/unit/test_cache_integrity.py)."""
 import pytest
 
-from damage import flip_byte_keep_mtime
+from support.artifacts import flip_byte_keep_mtime
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import fetch, unpack
 from oeq_wheels.files import sha256_file

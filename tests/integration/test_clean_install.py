@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import pins as P
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 
 def _nvidia_indexes(uv_cache: Path) -> set[Path]:

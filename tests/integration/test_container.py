@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import engine as test_image
-from conftest import REPO, unavailable
+from support import REPO
+from support.capabilities import build_image, unavailable
 from oeq_wheels import debian
 from oeq_wheels.inputs import members
 from oeq_wheels.ext.gate import verify_wheel
@@ -49,7 +49,7 @@ class Engine:
     def __init__(self, kind, cache):
         self.kind = kind
         self.client = "docker" if kind == "docker" else os.environ["OEQ_WHEELS_TEST_PODMAN"]
-        self.image = test_image.ensure(self.client, cache)
+        self.image = build_image(self.client, cache)
         # The work volume (downloads, unpacked inputs, objects) is kept between sessions, one per engine and cache
         # (the engines' stores live in the cache too): a second `make test` downloads and compiles nothing in it.
         # The build is safe to share it with (temporary names, atomic renames, checked caches).
@@ -252,7 +252,7 @@ def test_a_daemon_that_dies_mid_build_is_one_line(cache, tmp_path):
             if subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0:
                 break
             time.sleep(0.5)
-        image = test_image.ensure("docker", cache, env=env)
+        image = build_image("docker", cache, env=env)
         env.update(DOCKER="docker", OEQ_WHEELS_IMAGE=image, OEQ_WHEELS_WORK_VOLUME="oeqt-dies",
                    OEQ_WHEELS_OUT_VOLUME="oeqt-dies-out")
         out = tmp_path / "out"

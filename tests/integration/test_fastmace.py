@@ -26,7 +26,7 @@ from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
 from oeq_wheels.checks import cleaninstall, hosts, venvs
 from oeq_wheels.checks.venvs import pip_env, site_packages
-from oeq_operators import LOADED
+from support.oeq_operators import LOADED
 
 
 PROBE = cleaninstall.FASTMACE_PROBE  # FastMACE's own calls, in the order a FastMACE run makes them

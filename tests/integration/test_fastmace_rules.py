@@ -37,14 +37,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, oeq_wheel_of
-from oeq_operators import LOADED
+from support import REPO
+from support.builds import oeq_wheel_of
+from support.oeq_operators import LOADED
 from oeq_wheels import driver_stub as libcuda, pins as P
 from oeq_wheels.checks import loader_stubs, venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 
 RULES_DIR = REPO / "contrib" / "fastmace"

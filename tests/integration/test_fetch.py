@@ -43,7 +43,7 @@ def test_a_configured_pip_constraint_cannot_refuse_a_pinned_file(tmp_path, monke
 
 
 def test_fetch_only_a_project_that_is_not_pinned_is_one_line(tmp_path):
-    from conftest import run_cli
+    from support.cli import run_cli
     r = run_cli("fetch", "--python", "3.11", "--only", "pybind11,numpy", env={"OEQ_WHEELS_CACHE": str(tmp_path)})
     assert r.returncode == 2, r.stderr[-2000:]
     (line,) = r.stderr.strip().splitlines()

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import build, pins as P
 from oeq_wheels.release import publish, recorded, site
 from oeq_wheels.checks import hosts, installmatrix
 from oeq_wheels.output import extra_dir, variants_dir
 
-from conftest import UPLOAD_PASSWORD as PASSWORD
+from support.uploads import UPLOAD_PASSWORD as PASSWORD
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ with pip and uv.
 
 import pytest
 
-from oeq_wheels.checks import installmatrix, pypi_mirror
+from oeq_wheels.checks import installmatrix, venvs
 
 from oeq_wheels import pins as P
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 OEQ = P.load().oeq.version
 CU12 = P.load().oeq_line("cu128").version(OEQ)
@@ -49,7 +49,7 @@ def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any
     # The exact set of stubs (loader_stubs.make holds it to what the install's files NEED and lack), printed in the
     # proof table's row; a run with NVIDIA's wheels whole (OEQ_WHEELS_PYPI_MIRROR=off) is the stronger pass.
     (stubs,) = installmatrix.stubs_shown(table)
-    assert stubs or pypi_mirror.standin_url() is None, table
+    assert stubs or venvs.standin_url() is None, table
     record_property("load stubs", stubs)
 
 
@@ -71,7 +71,7 @@ def test_a_free_threaded_cpython_installs_its_own_wheel_and_keeps_the_gil_off(ft
     assert "OEq precompiled (our oeq_stable_cuda.cpython-314t-x86_64-linux-gnu.so; the GIL stays off)" in table, table
     assert table.count("PASS") == 1, table  # the cu128 line's cp314t wheel: built and gated, installed by no row here
     (stubs,) = installmatrix.stubs_shown(table)
-    assert stubs or pypi_mirror.standin_url() is None, table
+    assert stubs or venvs.standin_url() is None, table
     record_property("load stubs", stubs)
 
 

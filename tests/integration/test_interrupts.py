@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builds import cli, finish, hidden, wait_for, wheels_in
+from support.builds import finish, hidden, wait_for, wheels_in
+from support.cli import start_cli as cli
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import fetch
 from oeq_wheels.output import extra_dir

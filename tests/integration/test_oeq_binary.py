@@ -5,8 +5,9 @@ import subprocess
 import zipfile
 
 
-from conftest import RUNTIME, run_cli
-from oeq_operators import LOADED
+from support import RUNTIME
+from support.cli import run_cli
+from support.oeq_operators import LOADED
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import pins as P, elf
 from oeq_wheels.inputs import unpack

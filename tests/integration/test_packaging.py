@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 
-from conftest import REPO
+from support import REPO
 
 
 def checkout_copy(dest):

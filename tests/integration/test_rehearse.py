@@ -9,14 +9,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from oeq_wheels.release import site
 from oeq_wheels.checks import hosts, rehearse
 from oeq_wheels import install_lines, pins as P
 from oeq_wheels.output import extra_dir
 from oeq_wheels.checks.venvs import pip_env
 
-pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/conftest.py)
+pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
 
 
 def test_release_host_renames_on_upload_and_redirects_downloads(cp311_oeq_wheel, tmp_path):

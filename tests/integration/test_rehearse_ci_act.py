@@ -7,7 +7,8 @@ import pwd
 import re
 import subprocess
 
-from conftest import REPO, unavailable
+from support import REPO
+from support.capabilities import unavailable
 from oeq_wheels import pins as pins_mod
 from oeq_wheels.checks import rehearse_ci
 from oeq_wheels.release import recorded as recorded_mod

@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from conftest import UPLOAD_PASSWORD
-from damage import forgeries
+from support.uploads import UPLOAD_PASSWORD
+from support.artifacts import forgeries
 from oeq_wheels import pins as P
 
 from oeq_wheels.release import publish
@@ -179,7 +179,7 @@ def test_dry_run_never_prints_a_password(cp311_wheel, oeq_set, tmp_path, capsys)
 def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
     out = release_dir(tmp_path, cp311_wheel, None)
     (out / "garbage.whl").write_text("not a wheel")
-    from conftest import run_cli
+    from support.cli import run_cli
     r = run_cli("publish", str(out), "--dry-run")
     assert r.returncode == 2 and "incomplete fastmace-oeq-ext set" in r.stderr
     assert "garbage.whl is not a valid wheel file name" in r.stderr and "Traceback" not in r.stderr
@@ -188,7 +188,7 @@ def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
 @pytest.mark.parametrize("tag, ok", [("v" + P.load().version, True), ("refs/tags/v" + P.load().version, True),
                                      ("v0.7.0.post1", False), (P.load().version, False), ("", False)])
 def test_release_tag_must_be_v_plus_the_pinned_version(tag, ok):
-    from conftest import run_cli
+    from support.cli import run_cli
     r = run_cli("check-tag", tag)
     if ok:
         assert r.returncode == 0 and "matches the pinned version" in r.stdout, r.stderr
@@ -197,7 +197,7 @@ def test_release_tag_must_be_v_plus_the_pinned_version(tag, ok):
 
 
 def test_the_release_must_run_in_the_pinned_repository():
-    from conftest import run_cli
+    from support.cli import run_cli
     pins = P.load()
     tag = "v" + pins.version
     r = run_cli("check-tag", tag, "--repository", pins.repository.upper())  # GitHub names are case-blind

@@ -5,7 +5,7 @@ import tomllib
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from oeq_wheels import pins as P
 
 

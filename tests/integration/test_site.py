@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from conftest import REPO, run_cli
+from support import REPO
+from support.cli import run_cli
 from oeq_wheels.ext import assemble
 from oeq_wheels import install_lines, pins as P
 from oeq_wheels.release import recorded, site

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, unavailable
+from support import REPO
+from support.capabilities import unavailable
 from oeq_wheels import debian
 
 pytestmark = pytest.mark.engines  # tools/ci/test.sh brings its engines up for these files

@@ -2,7 +2,7 @@
 import os
 
 
-from conftest import run_cli
+from support.cli import run_cli
 from oeq_wheels.release import recorded
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from damage import forgeries, with_package_file
+from support import REPO
+from support.artifacts import forgeries, with_package_file
 from fastmace_oeq_ext import manifest as mf
-from old_manifests import as_schema_3
+from support.artifacts import as_schema_3
 from oeq_wheels import gate, gate_common, tags
 from oeq_wheels.ext.gate import verify_wheel
 

@@ -3,7 +3,7 @@ README, the docs, the workflows, the runtime, every built wheel's METADATA and t
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import addresses, pins as P
 
 # What users read or what is shipped: README, the docs and CHANGELOG, the workflows that publish, the runtime, and

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 BENCH = sorted((REPO / "bench").glob("*.py"))
 

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from damage import flip_byte_keep_mtime
+from support.artifacts import flip_byte_keep_mtime
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import unpack
 from oeq_wheels import toolchain as cc

@@ -1,6 +1,6 @@
 """tests/claims.toml against the documents and the suite: every proof sentence has an entry, every entry's text
 is in its document and every test it names exists; and the table judges a claim as the run went."""
-import claims
+from support import claims
 
 
 def test_every_proof_sentence_has_an_entry_and_every_entry_holds():

@@ -3,7 +3,7 @@ venv with every compiler a sentinel, is tests/integration/test_clean_install.py'
 import subprocess
 import time
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels.checks.cleaninstall import judge
 
 GOOD_PROBE = {"usable": True, "extension": {"source": "prebuilt"}, "ops": ["a", "b", "c"]}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import buildimage, pins as P
 from oeq_wheels.files import locked
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 BUILD = str(REPO / "tools/release/oeq_wheels/build.sh")
 

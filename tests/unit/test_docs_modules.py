@@ -5,7 +5,7 @@ import ast
 import re
 from pathlib import Path
 
-from conftest import REPO
+from support import REPO
 
 TABLE_HEADER = "| module | stage |"
 RUNTIME = REPO / "runtime" / "fastmace_oeq_ext"

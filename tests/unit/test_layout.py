@@ -4,7 +4,7 @@ The pipeline never needs its checks: only the verbs (cli.py) import oeq_wheels/c
 checks), so that a build or a release step cannot come to depend on a stand-in."""
 import ast
 
-from conftest import REPO
+from support import REPO
 
 PRODUCTS = ("ext", "oeq")
 FOLDERS = (*PRODUCTS, "checks", "release")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_registry import Registry
+from support.fake_registry import Registry
 from oeq_wheels import files, pins as P
 from oeq_wheels.inputs import link_stubs, fetch, unpack, members, link_stub_store
 from test_members import wheel

@@ -3,7 +3,7 @@ that catch bugs: syntax errors, pyflakes' undefined and unused names, bugbear)."
 import subprocess
 import sys
 
-from conftest import REPO
+from support import REPO
 
 
 def test_ruff_finds_nothing():

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import fastmace_oeq_ext as rt
-from conftest import RUNTIME
+from support import RUNTIME
 from fastmace_oeq_ext import decision
 from fastmace_oeq_ext.manifest import MAX_BYTES, Manifest, ManifestError
 from fastmace_oeq_ext.oeq_build import OeqBuild
-from old_manifests import as_schema_3
+from support.artifacts import as_schema_3
 from test_runtime_check import GOOD_ENV, make_manifest
 
 # The same examples on every run and machine, and no example database (tests/conftest.py: Hypothesis's caches).

@@ -1,5 +1,5 @@
 """Members of a pinned wheel by HTTP range (oeq_wheels.inputs.members), against a registry on loopback
-(tests/fake_registry.py): only what a tree needs is fetched, each member checked against the pinned RECORD,
+(tests/support/fake_registry.py): only what a tree needs is fetched, each member checked against the pinned RECORD,
 and every way a host or a file can be wrong is refused in one line with nothing kept."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from fake_registry import Registry
+from support.fake_registry import Registry
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import fetch, unpack, members
 

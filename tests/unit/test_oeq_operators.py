@@ -1,5 +1,5 @@
-"""tests/oeq_operators.py reads the operators OEq's sources register in libtorch_tp_jit, as the load checks count them."""
-import oeq_operators
+"""tests/support/oeq_operators.py reads the operators OEq's sources register in libtorch_tp_jit, as the load checks count them."""
+from support import oeq_operators
 
 CORE = """
 REGISTER_LIBRARY_IMPL(libtorch_tp_jit, CUDA, m) {

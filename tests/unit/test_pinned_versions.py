@@ -4,7 +4,7 @@ test never holds on to an old release by its literal. A test needing an arbitrar
 import re
 import tomllib
 
-from conftest import REPO
+from support import REPO
 
 PINS = REPO / "oeq_wheels" / "pins.toml"
 # X.Y.Z[.W...], then a post release, a local version (+cu130) or a Debian revision (-14+deb12u1).

@@ -2,7 +2,7 @@
 import re
 import time
 
-from conftest import run_cli
+from support.cli import run_cli
 from oeq_wheels import progress, proc
 
 

@@ -1,5 +1,5 @@
-"""The kept mirror of PyPI the suite's installs go through (oeq_wheels/checks/pypi_mirror.py), over a loopback
-registry (tests/fake_registry.py) that counts what it sends: each file comes from the registry once, is kept only
+"""The kept mirror of PyPI the suite's installs go through (tests/support/pypi_mirror.py), over a loopback
+registry (tests/support/fake_registry.py) that counts what it sends: each file comes from the registry once, is kept only
 whole and of the sha256 the page lists, and real pip and uv install through it."""
 import base64
 import hashlib
@@ -14,8 +14,9 @@ import zipfile
 
 import pytest
 
-from fake_registry import Registry, wheel_bytes
-from oeq_wheels.checks import pypi_mirror, venvs
+from support.fake_registry import Registry, wheel_bytes
+from oeq_wheels.checks import venvs
+from support import pypi_mirror
 
 JSON = {"Accept": pypi_mirror.JSON}
 

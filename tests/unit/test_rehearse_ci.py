@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels.checks import rehearse_ci
 
 
@@ -140,16 +140,16 @@ def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is
     """The act slice asks unavailable("act", why), never pytest.mark.skipif: a skipif is decided before any test runs
     and bypasses OEQ_WHEELS_TEST_REQUIRE, so the act test could pass a required run silently."""
     import ast
-    import conftest
-    assert "act" in conftest.CAPABILITIES
+    from support import capabilities
+    assert "act" in capabilities.CAPABILITIES
     why = "needs root or password-free sudo, as GitHub's runner has (`sudo -n true` failed for this user)"
-    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation", "act"})
+    monkeypatch.setattr(capabilities, "REQUIRE", {"engines", "emulation", "act"})
     required = r"^act required \(OEQ_WHEELS_TEST_REQUIRE\) but not available: needs root"
     with pytest.raises(pytest.fail.Exception, match=required):
-        conftest.unavailable("act", why)
-    monkeypatch.setattr(conftest, "REQUIRE", {"engines", "emulation"})
+        capabilities.unavailable("act", why)
+    monkeypatch.setattr(capabilities, "REQUIRE", {"engines", "emulation"})
     with pytest.raises(pytest.skip.Exception, match="needs root or password-free sudo"):
-        conftest.unavailable("act", why)
+        capabilities.unavailable("act", why)
     # The integration test itself: no skipif, and its first statements are that decision.
     source = (REPO / "tests" / "integration" / "test_rehearse_ci_act.py").read_text()
     (test,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
@@ -161,7 +161,7 @@ def test_the_act_slice_missing_its_capability_fails_where_act_is_required_and_is
 def test_the_act_slice_has_a_claim_in_the_words_of_docs_releasing():
     """The proof table's act-slice row says what the act test proves, in the words docs/releasing.md and
     docs/testing.md's list use (their sentences wrap, so the words are compared with the line breaks as spaces)."""
-    import claims
+    from support import claims
     (claim,) = [c for c in claims.load() if c.id == "act-slice"]
     assert claim.tests == ["tests/integration/test_rehearse_ci_act.py::test_release_workflows_tag_job_and_one_cpythons_"
                            "build_run_under_act_as_githubs_runner_would"]
@@ -232,7 +232,7 @@ def test_the_publish_stand_in_skips_what_the_index_has_as_skip_existing_does(tmp
     refusing the flag)."""
     import sys
     import yaml
-    from fake_registry import wheel_bytes
+    from support.fake_registry import wheel_bytes
     from oeq_wheels.checks import hosts
     action = yaml.safe_load((REPO / "tools/ci/act/pypi-publish/action.yml").read_text())
     (step,) = action["runs"]["steps"]

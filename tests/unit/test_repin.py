@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
-from conftest import run_cli
-from fake_registry import Registry, wheel_bytes
+from support.cli import run_cli
+from support.fake_registry import Registry, wheel_bytes
 from oeq_wheels import pins as P, repin
 
 TORCH, LOCAL, CUDA, TOOLKIT, NV = "9.1.0", "cu139", "13.9", "13.9.1", "13.9.5"

@@ -3,7 +3,7 @@ import os
 import re
 import subprocess
 
-from conftest import REPO
+from support import REPO
 
 REQ = REPO / "requirements"
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-import claims
-from conftest import REPO
+from support import claims
+from support import REPO
 from oeq_wheels.checks import run_records
 from oeq_wheels.release import recorded
 

@@ -7,7 +7,7 @@ import pytest
 
 import fastmace_oeq_ext as rt
 from fastmace_oeq_ext.manifest import Input, Manifest, ManifestError
-from old_manifests import as_schema_3
+from support.artifacts import as_schema_3
 
 # A made-up build: the runtime compares the installed versions with its manifest's, never with any release's, so no
 # pinned version is needed (a newer torch and OEq than the build's are made up too).
@@ -265,7 +265,7 @@ def test_required_prebuilt_that_cannot_be_used_is_an_error(tmp_path, manifest):
 def test_doctor_json_and_help(tmp_path):
     import subprocess
     import sys
-    from conftest import RUNTIME
+    from support import RUNTIME
     env = {**__import__("os").environ, "PYTHONPATH": str(RUNTIME)}
     r = subprocess.run([sys.executable, "-m", "fastmace_oeq_ext", "--help"], capture_output=True, text=True,
                        cwd=tmp_path, env=env)

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO
+from support import REPO
 
 ENGINE_SH = str(REPO / "tools" / "ci" / "engine.sh")
 
@@ -121,33 +121,33 @@ def test_as_root_with_apt_the_test_command_requires_every_capability_by_default(
 
 
 def test_the_workers_units_name_test_files_that_exist():
-    """tests/conftest.py's units of work for the test command's workers: a test file renamed without its entry would
+    """tests/plugin.py's units of work for the test command's workers: a test file renamed without its entry would
     leave its unit silently (a multi-GB file then running beside another), and an order naming no unit orders
     nothing."""
-    import conftest
+    from support import plugin
     stems = {p.stem for p in (REPO / "tests").glob("*/test_*.py")}
     assert len(stems) == len(list((REPO / "tests").glob("*/test_*.py")))  # a unit is a stem: both tiers' differ
-    assert set(conftest.SHARED_UNIT) <= stems, set(conftest.SHARED_UNIT) - stems
-    units = {conftest.unit_of(f"tests/{s}.py::t") for s in stems}
-    assert set(conftest.LONGEST_FIRST) <= units, set(conftest.LONGEST_FIRST) - units
-    assert conftest.unit_of("tests/test_interrupts.py::t") == conftest.unit_of("tests/test_build.py::t")
+    assert set(plugin.SHARED_UNIT) <= stems, set(plugin.SHARED_UNIT) - stems
+    units = {plugin.unit_of(f"tests/{s}.py::t") for s in stems}
+    assert set(plugin.LONGEST_FIRST) <= units, set(plugin.LONGEST_FIRST) - units
+    assert plugin.unit_of("tests/test_interrupts.py::t") == plugin.unit_of("tests/test_build.py::t")
     # The multi-GB files: one chain, and each of OWN_CHAIN's its own (so at most 1 + len(OWN_CHAIN) at once).
-    assert set(conftest.OWN_CHAIN) <= set(conftest.BIG_DISK)
-    chains = {conftest.unit_of(f"tests/{s}.py::t") for s in conftest.BIG_DISK}
-    assert len(chains) == 1 + len(set(conftest.OWN_CHAIN.values())), chains
+    assert set(plugin.OWN_CHAIN) <= set(plugin.BIG_DISK)
+    chains = {plugin.unit_of(f"tests/{s}.py::t") for s in plugin.BIG_DISK}
+    assert len(chains) == 1 + len(set(plugin.OWN_CHAIN.values())), chains
 
 
 def test_the_pinned_xdist_still_splits_scopes_where_the_units_hook_in():
-    """The scheduler (tests/conftest.py pytest_xdist_make_scheduler) overrides pytest-xdist's private
+    """The scheduler (tests/plugin.py pytest_xdist_make_scheduler) overrides pytest-xdist's private
     LoadScopeScheduling._split_scope. An xdist that stopped calling it would split by file again, silently: the
     big-disk files would then run beside each other. The pin is hash-locked; this holds an update to it."""
     import inspect
 
-    import conftest
+    from support import plugin
     from xdist.scheduler import LoadScopeScheduling
     assert "self._split_scope(" in inspect.getsource(LoadScopeScheduling)
     assert inspect.signature(LoadScopeScheduling._split_scope).parameters.keys() == {"self", "nodeid"}
-    assert "def _split_scope(self, nodeid: str)" in inspect.getsource(conftest.pytest_xdist_make_scheduler)
+    assert "def _split_scope(self, nodeid: str)" in inspect.getsource(plugin.pytest_xdist_make_scheduler)
 
 
 def test_make_test_passes_pytest_arguments_through():
@@ -163,7 +163,7 @@ def test_make_test_passes_pytest_arguments_through():
 
 
 # What makes a multi-GB tree outside the shared caches for a while, as a test calls it: a test file calling one of
-# these carries `pytestmark = pytest.mark.big_disk` (tests/conftest.py), so that it never runs beside another.
+# these carries `pytestmark = pytest.mark.big_disk` (tests/plugin.py), so that it never runs beside another.
 HEAVY = {
     "installmatrix.run(": "installs each torch with pip or uv into temporary venvs (pip without a cache)",
     "emulated_pypi_torch_venv(": "the emulated aarch64 torch stack",
@@ -175,15 +175,15 @@ HEAVY = {
 
 
 def heavy_unmarked(files) -> list[str]:
-    import conftest
+    from support import plugin
     return [f"{f.name} calls {call} ({why}) without pytestmark = pytest.mark.big_disk" for f in files
-            for call, why in HEAVY.items() if call in f.read_text() and not conftest.marks_big_disk(f.read_text())]
+            for call, why in HEAVY.items() if call in f.read_text() and not plugin.marks_big_disk(f.read_text())]
 
 
 def test_a_test_file_that_makes_multi_gb_trees_says_so():
-    import conftest
+    from support import plugin
     assert not heavy_unmarked(sorted((REPO / "tests" / "integration").glob("test_*.py")))
-    assert {"test_aarch64", "test_fastmace_rules", "test_install_matrix"} <= set(conftest.BIG_DISK)
+    assert {"test_aarch64", "test_fastmace_rules", "test_install_matrix"} <= set(plugin.BIG_DISK)
 
 
 def test_an_unmarked_heavy_test_file_is_named(tmp_path):
@@ -199,32 +199,32 @@ def test_an_unmarked_heavy_test_file_is_named(tmp_path):
 
 
 def test_a_whole_run_needs_the_disk_its_measured_peak_asks_less_what_the_caches_hold():
-    import conftest
-    assert conftest.disk_need_gib(0) == conftest.EMPTY_CACHE_PEAK_GIB  # empty caches: the whole peak
-    assert conftest.disk_need_gib(conftest.EMPTY_CACHE_PEAK_GIB - 20) == 20
-    assert conftest.disk_need_gib(30) == conftest.RUN_TRANSIENT_GIB  # filled caches: what a run installs for a while
+    from support import plugin
+    assert plugin.disk_need_gib(0) == plugin.EMPTY_CACHE_PEAK_GIB  # empty caches: the whole peak
+    assert plugin.disk_need_gib(plugin.EMPTY_CACHE_PEAK_GIB - 20) == 20
+    assert plugin.disk_need_gib(30) == plugin.RUN_TRANSIENT_GIB  # filled caches: what a run installs for a while
 
 
 def test_too_little_free_disk_is_one_line_naming_the_need_and_the_fix(tmp_path, monkeypatch):
     import collections
-    import conftest
+    from support import plugin
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(0, 0, 9 * conftest.GIB))
-    why = conftest.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path)
-    assert why and "\n" not in why and "9.0 GiB free" in why and f"about {conftest.EMPTY_CACHE_PEAK_GIB} GiB there" \
+    monkeypatch.setattr(plugin.shutil, "disk_usage", lambda p: usage(0, 0, 9 * plugin.GIB))
+    why = plugin.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path)
+    assert why and "\n" not in why and "9.0 GiB free" in why and f"about {plugin.EMPTY_CACHE_PEAK_GIB} GiB there" \
         in why and "make test-unit" in why, why
-    monkeypatch.setattr(conftest.shutil, "disk_usage", lambda p: usage(0, 0, 40 * conftest.GIB))
-    assert conftest.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path) is None
+    monkeypatch.setattr(plugin.shutil, "disk_usage", lambda p: usage(0, 0, 40 * plugin.GIB))
+    assert plugin.disk_shortfall(tmp_path / "no-cache-yet" / "oeq-wheels", tmp_path) is None
 
 
 def test_the_whole_suite_is_refused_before_it_starts_where_the_disk_is_short_and_a_selection_is_not(monkeypatch):
     import types
-    import conftest
+    from support import plugin
     import pytest
-    from oeq_wheels.checks import pypi_mirror
+    from support import pypi_mirror
     monkeypatch.setenv(pypi_mirror.ENV, "off")  # no mirror started by the calls below
-    monkeypatch.setattr(conftest, "disk_shortfall", lambda cache, tmp: "1.0 GiB free where / is; ...")
+    monkeypatch.setattr(plugin, "disk_shortfall", lambda cache, tmp: "1.0 GiB free where / is; ...")
     whole = types.SimpleNamespace(args_source=pytest.Config.ArgsSource.TESTPATHS)
     with pytest.raises(pytest.UsageError, match="not enough free disk for the whole suite: 1.0 GiB free"):
-        conftest.pytest_configure(whole)
-    conftest.pytest_configure(types.SimpleNamespace(args_source=pytest.Config.ArgsSource.ARGS))  # make test ARGS=FILE
+        plugin.pytest_configure(whole)
+    plugin.pytest_configure(types.SimpleNamespace(args_source=pytest.Config.ArgsSource.ARGS))  # make test ARGS=FILE

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import buildroot, pins as P
 from oeq_wheels.release import recorded
 

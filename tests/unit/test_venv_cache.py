@@ -34,7 +34,7 @@ def test_a_venv_installed_into_since_is_made_again(tmp_path):
 def test_a_venv_made_through_another_index_is_made_again(tmp_path, monkeypatch):
     """uv keeps a wheel under the URL of the index it came through: a venv made from PyPI directly, then used beside
     installs through the session's mirror of PyPI, would leave its stack in uv's cache twice."""
-    from oeq_wheels.checks import pypi_mirror
+    from support import pypi_mirror
     interpreter = tmp_path / "python3.11"
     interpreter.write_text("")
     monkeypatch.setenv(pypi_mirror.ENV, "off")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from oeq_wheels import pins as P
 
 BIN = Path(sys.executable).parent
@@ -236,7 +236,7 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
     """The tag job publishes release_plan's values; the jobs read them. With pins re-pinned (another torch, fewer
     CPythons) the plan follows, and no version of the pins is written in release.yml."""
     import json
-    from conftest import run_cli
+    from support.cli import run_cli
     from oeq_wheels import pins as P
     from oeq_wheels.release.plan import release_plan
     jobs = load("release.yml")["jobs"]
@@ -272,7 +272,7 @@ def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
     emulated arm64 CPython. Every torch with both installers is `make install-matrix` by hand, a row of its own."""
     import re
     import shlex
-    import claims
+    from support import claims
     from oeq_wheels import cli
     from oeq_wheels.checks import installmatrix
     from oeq_wheels.release.plan import release_plan

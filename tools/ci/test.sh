@@ -34,7 +34,7 @@ set +e
 # The pipeline from the checkout; tests/conftest.py adds runtime/ for the pytest process only, so
 # that the venvs the tests start import the fastmace_oeq_ext of a wheel, never the checkout's.
 # Two worker processes (OEQ_WHEELS_TEST_WORKERS; 0 runs in this one): a test file is one unit, the longest first
-# (tests/conftest.py), so qemu-, pip- and compiler-bound files overlap on this 2-core machine.
+# (tests/support/plugin.py), so qemu-, pip- and compiler-bound files overlap on this 2-core machine.
 workers="${OEQ_WHEELS_TEST_WORKERS:-2}"
 dist=()
 [ "$workers" = 0 ] || dist=(-n "$workers")

@@ -1,5 +1,7 @@
-"""What a disk error does to a cached file (the cache-integrity tests of both tiers), and what a hostile uploader does
-to a wheel (the gate's and publish's tests)."""
+"""Files as something other than our build left them: what a disk error does to a cached file (the cache-integrity
+tests of both tiers), what a hostile uploader does to a wheel (the gate's and publish's tests), and fastmace-oeq-ext
+manifests as earlier schemas wrote them (the runtime still reads them; the gate refuses to ship them)."""
+import json
 import os
 import warnings
 import zipfile
@@ -53,3 +55,14 @@ def forgeries(cp311_wheel, tmp_path):
     return {"injected": (injected, "Python files differ from the runtime this checkout ships"),
             "duplicate": (dup, "duplicate entries in the archive"),
             "oversized": (big, "members larger than any of ours")}
+
+
+def as_schema_3(text: str) -> dict:
+    """The manifest `text` (schema 4) as schema 3 wrote it (post4 as built): each field, plus every derived fact and
+    every twin under its second name."""
+    from fastmace_oeq_ext import manifest as mf
+    m = mf.Manifest.from_json(text)
+    data = json.loads(text)
+    data.update(schema=3, **{k: getattr(m, k) for k in mf.DERIVED},
+                **{old: getattr(m, new) for old, new in mf.SCHEMA3_TWINS.items()})
+    return data

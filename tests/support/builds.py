@@ -1,24 +1,11 @@
-"""Running `oeq-wheels build` as a separate process, as a user does, and looking at what it leaves: shared by the
-interrupt tests and the suite's independent second build (conftest.resumed_build)."""
-import os
+"""A build run watched from outside (support.cli.start_cli) and what it leaves: shared by the interrupt tests and the
+suite's independent second build (tests/integration/conftest.py resumed_build); and the wheel of one line in OUTDIR."""
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-RUNTIME = REPO / "runtime"
-
-
-def cli(args, cache: Path, tmpdir: Path, **env) -> subprocess.Popen:
-    tmpdir.mkdir(exist_ok=True)
-    e = dict(os.environ, PYTHONPATH=f"{REPO}:{RUNTIME}", OEQ_WHEELS_CACHE=str(cache), TMPDIR=str(tmpdir), **env)
-    return subprocess.Popen([sys.executable, "-m", "oeq_wheels", *map(str, args)], env=e, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
 
 def wait_for(p: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:
     seen, t0 = [], time.monotonic()
@@ -67,3 +54,13 @@ def wheels_in(out: Path) -> set[str]:
     """The wheels in OUTDIR and OUTDIR-extra, by name."""
     from oeq_wheels.output import extra_dir
     return {p.name for d in (out, extra_dir(out)) if d.exists() for p in d.glob("*.whl")}
+
+
+def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64", tag: str = "*") -> Path:
+    """The one binary openequivariance wheel of an OEq line (cu130, cu128), architecture and Python tag (cp311-cp311;
+    any, where outdir holds one CPython's build) in outdir's OUTDIR-extra."""
+    from oeq_wheels import pins
+    from oeq_wheels.output import extra_dir
+    version = pins.load().oeq_line(line, arch).version(pins.load().oeq.version)
+    (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-{tag}-*_{arch}.whl")
+    return whl

@@ -1,5 +1,5 @@
 """The proof table: every "tested"/"proven" sentence of README.md and the docs (tests/claims.toml), the tests that
-prove it, and what they did in this run. conftest.py records each test's outcome and prints the table at the end
+prove it, and what they did in this run. support/plugin.py records each test's outcome and prints the table at the end
 of `make test`; tests/unit/test_claims.py holds the file to the documents and to the tests that exist."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLAIMS_FILE = REPO / "tests" / "claims.toml"
 # The documents whose proof sentences must each have an entry.
 # Every document but CHANGELOG.md (what was done, not what holds): README and CONTRIBUTING, and docs/.

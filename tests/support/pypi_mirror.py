@@ -11,7 +11,7 @@ sha256 PyPI lists and kept. Installers verify the same hashes again. Nothing hal
 Hand-rolled in the standard library (~250 lines) because what exists does more and less: devpi-server brings a
 database and its own index semantics; proxpi keys its cache by URL with expiry rather than by content.
 
-The pytest session starts one (tests/conftest.py) and names it in OEQ_WHEELS_PYPI_MIRROR; venvs.pip_env() then
+The pytest session starts one (support/plugin.py) and names it in OEQ_WHEELS_PYPI_MIRROR; venvs.pip_env() then
 points pip (PIP_INDEX_URL) and uv (UV_INDEX_URL) at it. OEQ_WHEELS_PYPI_MIRROR=off installs from PyPI directly.
 The port is stable per store (hosts.stable_port): uv keys its cache by the index's URL, port included.
 
@@ -46,13 +46,15 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from .. import registry
-from ..files import locked, sweep_stale, temp_prefix
-from . import hosts
+from oeq_wheels import registry
+from oeq_wheels.checks import hosts
+# The product's side of it: the verbs the tests run (install-matrix, clean-install) read the running mirror's URL
+# from the environment (OEQ_WHEELS_PYPI_MIRROR) and spell every index from it (oeq_wheels/checks/venvs.py).
+from oeq_wheels.checks.venvs import MIRROR_ENV as ENV, mirror_url as url, standin_url  # noqa: F401
+from oeq_wheels.files import locked, sweep_stale, temp_prefix
 
 PYPI = "https://pypi.org/simple/"
 JSON = "application/vnd.pypi.simple.v1+json"
-ENV = "OEQ_WHEELS_PYPI_MIRROR"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 KEEP_DAYS = 30  # a file no session served for this long is removed when the next one starts
 # As PyPI sends its files: named by content, they never change. Without it uv revalidates its cached copy of each
@@ -63,18 +65,6 @@ IMMUTABLE = "max-age=365000000, immutable, public"
 # runs. A pure-Python wheel of theirs (nvidia-ml-py) is served whole.
 STANDIN = re.compile(r"nvidia-.+|triton")
 STANDIN_NOTE = "OEQ_WHEELS_STANDIN"  # the file in a stand-in's .dist-info that says what it is
-
-
-def url() -> str | None:
-    """The running session's mirror (its simple index URL), or None where installs go to PyPI directly."""
-    value = os.environ.get(ENV, "")
-    return value if value.startswith("http") else None
-
-
-def standin_url() -> str | None:
-    """The running session's stand-in index (STANDIN's wheels as stand-ins), or None without a mirror."""
-    index = url()
-    return index.removesuffix("simple/") + "standin/simple/" if index else None
 
 
 def is_standin_file(project: str, filename: str) -> bool:
