@@ -1,6 +1,6 @@
 """The install commands users read: README, the site's landing page and the PyPI description show them, the
 rehearsal and the clean-install test run them. Made from the pins, so a re-pin changes them everywhere
-(repin rewrites README's copies; tests/integration/test_site.py holds README to them)."""
+(repin rewrites README's copies; tests/unit/test_install_lines.py holds README to them)."""
 from __future__ import annotations
 
 from .pins import Pins

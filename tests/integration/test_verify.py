@@ -14,7 +14,7 @@ from support import REPO
 from support.artifacts import forgeries, with_package_file
 from fastmace_oeq_ext import manifest as mf
 from support.artifacts import as_schema_3
-from oeq_wheels import gate, gate_common, tags
+from oeq_wheels import gate, gate_common
 from oeq_wheels.ext.gate import verify_wheel
 
 
@@ -65,11 +65,6 @@ def test_overclaimed_tag_is_refused(cp311_wheel, tmp_path):
     shutil.copy(cp311_wheel, older)
     v = verify_wheel(older, twine=False)
     assert any("auditwheel proves only" in p or "platform tag" in p for p in v.problems)
-
-
-def test_tag_choice():
-    assert tags.choose_tag("manylinux_2_28_x86_64", "manylinux_2_27_x86_64") == "manylinux_2_28_x86_64"
-    assert tags.choose_tag("manylinux_2_28_x86_64", "manylinux_2_34_x86_64") == "manylinux_2_34_x86_64"
 
 
 def test_the_common_part_imports_no_product_and_the_gate_picks_by_name(cp311_wheel, cp311_oeq_wheel):

@@ -119,3 +119,60 @@ def test_a_damaged_archive_is_one_problem(tmp_path):
     path.write_bytes(b"PK\x03\x04 not a zip at all")
     got, v = opened(path)
     assert got is None and v.problems[0].startswith("RECORD check failed: not a readable zip archive")
+
+
+def test_a_wheel_tags_cpython_is_read_free_threaded_and_stable_abi_included():
+    from packaging.tags import Tag
+    assert gate_common.python_of(Tag("cp311", "cp311", "linux_x86_64")) == "3.11"
+    assert gate_common.python_of(Tag("cp312", "abi3", "linux_x86_64")) == "3.12"  # the oldest CPython it serves
+    assert gate_common.python_of(Tag("cp314", "cp314t", "linux_x86_64")) == "3.14t"
+    assert gate_common.python_of(Tag("cp310", "cp310", "manylinux_2_28_aarch64")) == "3.10"
+    for other in (Tag("py3", "none", "any"), Tag("pp310", "pypy310_pp73", "linux_x86_64"),
+                  Tag("cp311", "cp312", "linux_x86_64"), Tag("cp311", "none", "linux_x86_64")):
+        assert gate_common.python_of(other) is None, other
+
+
+def test_every_file_is_accounted_for_both_ways():
+    v = gate_common.Verdict(Path("w.whl"))
+    gate_common.accounted(v, {"a", "b"}, {"a", "b"})
+    assert v.ok
+    gate_common.accounted(v, {"a", "x", "y"}, {"a", "b"})
+    assert v.problems == ["files that do not belong in the wheel: ['x', 'y']", "files missing from the wheel: ['b']"]
+    v = gate_common.Verdict(Path("w.whl"))
+    gate_common.accounted(v, {f"f{i:02}" for i in range(15)}, set())  # at most ten named
+    assert v.problems == [f"files that do not belong in the wheel: {[f'f{i:02}' for i in range(10)]}"]
+
+
+def test_the_wheel_file_must_describe_this_wheel():
+    from packaging.tags import Tag
+    tag = Tag("cp311", "cp311", "manylinux_2_28_x86_64")
+    good = b"Wheel-Version: 1.0\nGenerator: bdist_wheel (0.45.1)\nRoot-Is-Purelib: false\nTag: " + str(tag).encode()
+    v = gate_common.Verdict(Path("w.whl"))
+    gate_common.check_wheel_file(v, {"d-1.dist-info/WHEEL": good}, "d-1.dist-info", tag, purelib=False)
+    assert v.ok
+    wrong = {"purelib": (good, True), "no file": (None, False),
+             "other tag": (good.replace(b"cp311-cp311", b"cp312-cp312"), False),
+             "other version": (good.replace(b"Wheel-Version: 1.0", b"Wheel-Version: 2.0"), False)}
+    for why, (text, purelib) in wrong.items():
+        v = gate_common.Verdict(Path("w.whl"))
+        files = {} if text is None else {"d-1.dist-info/WHEEL": text}
+        gate_common.check_wheel_file(v, files, "d-1.dist-info", tag, purelib=purelib)
+        assert v.problems == [f"d-1.dist-info/WHEEL does not describe this wheel (tag {tag})"], why
+
+
+def test_a_records_fields_are_compared_with_the_pins_files_by_name_version_file_and_sha256():
+    from types import SimpleNamespace as NS
+    pinned = NS(name="torch", version="9.8.7", file="torch.whl", sha256="a" * 64, url="https://x")
+    recorded = NS(name="torch", version="9.8.7", file="torch.whl", sha256="a" * 64)  # no url: not compared
+    assert gate_common.file_entry(pinned) == gate_common.file_entry(recorded) == ("torch", "9.8.7", "torch.whl",
+                                                                                 "a" * 64)
+    record = NS(cuda="13.0", torch=recorded, inputs=(recorded,))
+    want = {"cuda": "13.0", "torch": gate_common.file_entry(pinned), "inputs": (gate_common.file_entry(pinned),)}
+    assert gate_common.field_differences("manifest", record, want, files=("torch",), file_lists=("inputs",)) == []
+    other = NS(**{**vars(recorded), "sha256": "b" * 64})
+    record = NS(cuda="12.8", torch=other, inputs=())
+    assert gate_common.field_differences("manifest", record, want, files=("torch",), file_lists=("inputs",)) == [
+        "manifest cuda is '12.8', pins say '13.0'",
+        f"manifest torch is ('torch', '9.8.7', 'torch.whl', '{'b' * 64}'), pins say "
+        f"('torch', '9.8.7', 'torch.whl', '{'a' * 64}')",
+        f"manifest inputs is (), pins say (('torch', '9.8.7', 'torch.whl', '{'a' * 64}'),)"]

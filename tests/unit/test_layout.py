@@ -102,3 +102,90 @@ def test_pyproject_declares_every_package():
     found = {".".join(i.parent.relative_to(REPO).parts) for i in (REPO / "oeq_wheels").rglob("__init__.py")
              if "__pycache__" not in i.parts} | {"fastmace_oeq_ext"}
     assert declared == found, f"pyproject.toml's packages differ from the folders: {sorted(declared ^ found)}"
+
+
+def module_name(path, root=REPO) -> str:
+    """oeq_wheels.checks.hosts for oeq_wheels/checks/hosts.py; a package by its folder's name."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(source: str, package: list[str], known: set[str]) -> set[str]:
+    """The modules of `known` a module of `package` imports, anywhere in it (a function's own import closes a circle
+    as surely as the top of the file): `from . import x` is module x where x is one, else its package."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            for a in node.names:
+                found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in known else target)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found & known
+
+
+def import_graph(folder, root=REPO) -> dict[str, set[str]]:
+    """Each module of a package folder -> the modules of it that it imports."""
+    files = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+    known = {module_name(p, root) for p in files}
+    graph = {}
+    for p in files:
+        name = module_name(p, root)
+        package = name.split(".") if p.name == "__init__.py" else name.split(".")[:-1]
+        graph[name] = imports_of(p.read_text(), package, known) - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a graph (module -> modules it imports): each strongly connected set of more than one
+    module, sorted (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle_among_oeq_wheels_modules():
+    graph = import_graph(REPO / "oeq_wheels")
+    assert "oeq_wheels.checks.hosts" in graph["oeq_wheels.checks.rehearse"]  # the graph is read as the code spells it
+    assert circles(graph) == []
+
+
+def test_an_import_circle_is_seen_however_it_is_spelt(tmp_path):
+    root = tmp_path / "oeq_wheels"
+    (root / "checks").mkdir(parents=True)
+    sources = {"__init__.py": "", "files.py": "import os\n", "checks/__init__.py": "",
+               "checks/hosts.py": "def f():\n    from .mirror import url\n",  # a function's own import
+               "checks/mirror.py": "from . import hosts\nfrom ..files import x\n",
+               "a.py": "import oeq_wheels.b\n", "b.py": "from oeq_wheels import c\n", "c.py": "from .a import y\n"}
+    for name, text in sources.items():
+        (root / name).write_text(text)
+    graph = import_graph(root, tmp_path)
+    assert graph["oeq_wheels.checks.mirror"] == {"oeq_wheels.checks.hosts", "oeq_wheels.files"}
+    assert circles(graph) == [["oeq_wheels.a", "oeq_wheels.b", "oeq_wheels.c"],
+                              ["oeq_wheels.checks.hosts", "oeq_wheels.checks.mirror"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -98,7 +98,7 @@ def test_a_torch_release_is_pinned_from_the_registry_without_downloading_it(pins
 
 
 def test_readmes_derived_install_lines_follow_the_pins_and_nothing_else_of_it_changes(pins_copy):
-    """After `--torch`, README's install lines are those of the new pins (tests/integration/test_site.py holds README to them)
+    """After `--torch`, README's install lines are those of the new pins (tests/unit/test_install_lines.py holds README to them)
     and its prose is as it was; a re-pin that fails leaves README as it was too."""
     readme = pins_copy.parent / "README.md"
     before = (P.PINS_FILE.parent.parent / "README.md").read_text()

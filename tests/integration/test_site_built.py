@@ -6,22 +6,10 @@ import shutil
 
 import pytest
 
-from support import REPO
 from support.cli import run_cli
-from oeq_wheels.ext import assemble
 from oeq_wheels import install_lines, pins as P
 from oeq_wheels.release import recorded, site
 from oeq_wheels.output import extra_dir
-
-
-@pytest.mark.parametrize("name, hosted", [
-    ("openequivariance-9.1.0+oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl",
-     "openequivariance-9.1.0.oeqwheels.cu13.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
-    ("fastmace_oeq_ext-9.1.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl",
-     "fastmace_oeq_ext-9.1.0.post4-cp311-cp311-manylinux_2_28_x86_64.whl"),
-    ("SHA256SUMS", "SHA256SUMS"), ("a b~(c).whl", "a.b..c..whl"), (".hidden.", "hidden")])
-def test_the_release_hosts_renaming_rule(name, hosted):
-    assert site.release_asset_name(name) == hosted
 
 
 def built_site(tmp_path, cp311_wheel):
@@ -167,18 +155,3 @@ def test_the_same_name_with_other_bytes_is_refused(cp311_oeq_wheel, tmp_path):
     with pytest.raises(site.SiteError, match="no openequivariance wheel"):
         site.write_site(tmp_path / "site", [], pins)
     assert not (tmp_path / "site").exists()
-
-
-def test_readme_and_the_pypi_description_show_the_derived_install_lines():
-    pins = P.load()
-    lines = install_lines.ours(pins)
-    readme = (REPO / "README.md").read_text()
-    assert all(f"\n{line}\n" in readme for line in lines), lines
-    from oeq_wheels.checks.rehearse import readme_commands
-    assert readme_commands(pins) == lines  # the rehearsal runs exactly these
-    assert all(f"\n{line}\n" in readme for line in install_lines.fastmace(pins))  # FastMACE's steps
-    assert all(re.search(rf"{re.escape(pins.site_url)}cu1\d\d/simple/$", line) for line in lines)
-    meta = assemble.metadata_text(pins.for_variant("pypi"), "3.11")
-    assert f"    {lines[0]}\n" in meta
-    assert f"Project-URL: Binary index, {pins.site_url}" in meta
-    assert f"Project-URL: Source, https://github.com/{pins.repository}" in meta
