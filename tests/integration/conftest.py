@@ -17,6 +17,7 @@ from support.builds import finish, hidden, oeq_wheel_of, private_cache, processe
 from support.capabilities import unavailable
 from support.cli import start_cli
 from support.uploads import upload_server as serving_uploads
+from support.venvs import consumer_venv, overlay
 
 
 @pytest.fixture
@@ -143,8 +144,7 @@ def torch_base(cache) -> Path:
 @pytest.fixture
 def torch_venv(torch_base, tmp_path) -> Path:
     """This test's own venv over torch_base: what it installs stays in tmp_path."""
-    from oeq_wheels.checks import venvs
-    return venvs.overlay(torch_base, tmp_path / "torch-venv")
+    return overlay(torch_base, tmp_path / "torch-venv")
 
 
 @pytest.fixture(scope="session")
@@ -163,7 +163,7 @@ def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
     """A venv over torch_base with OpenEquivariance's Python package, its dependencies and the cp311
     wheel, made once a session; tests use oeq_venv, their own copy of what it adds."""
     from oeq_wheels.checks import venvs
-    venv = venvs.overlay(torch_base, tmp_path_factory.mktemp("oeq-stack") / "venv")
+    venv = overlay(torch_base, tmp_path_factory.mktemp("oeq-stack") / "venv")
     venvs.install_oeq_stack(venv, pins_mod.load(), cache, [cp311_wheel], tmp_path_factory.mktemp("oeqwheel"))
     return venv
 
@@ -171,23 +171,20 @@ def oeq_stack(torch_base, cp311_wheel, tmp_path_factory, cache) -> Path:
 @pytest.fixture
 def oeq_venv(oeq_stack, tmp_path) -> Path:
     """oeq_stack as this test's own venv: what the test installs or removes stays in tmp_path."""
-    from oeq_wheels.checks import venvs
-    return venvs.overlay(oeq_stack, tmp_path / "oeq-venv")
+    return overlay(oeq_stack, tmp_path / "oeq-venv")
 
 
 @pytest.fixture(scope="session")
 def fastmace_base(cache) -> Path:
     """The cached venv: the matrix's torch as PyTorch's index serves it (consumer_torch) and FastMACE for CPython
     3.11; never installed into (see fastmace_venv)."""
-    from oeq_wheels.checks import venvs
-    return venvs.consumer_venv(pins_mod.load(), cache)
+    return consumer_venv(pins_mod.load(), cache)
 
 
 @pytest.fixture
 def fastmace_venv(fastmace_base, tmp_path) -> Path:
     """This test's own venv over fastmace_base."""
-    from oeq_wheels.checks import venvs
-    return venvs.overlay(fastmace_base, tmp_path / "fastmace-venv")
+    return overlay(fastmace_base, tmp_path / "fastmace-venv")
 
 
 @pytest.fixture(scope="session")

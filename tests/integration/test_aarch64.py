@@ -24,6 +24,7 @@ from test_fastmace_rules import ask  # FastMACE's own calls, with and without th
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import build, debian, pins as P, driver_stub, elf
 from oeq_wheels.checks import venvs
+from support import venvs as test_venvs
 from oeq_wheels import toolchain as cc
 from oeq_wheels.files import default_cache
 from oeq_wheels.oeq.gate import torch_abi_audit, verify_oeq_binary
@@ -222,7 +223,7 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
     torch, python = line.tested_torch[0], "3.11"
     # As FastMACE's rules on another CUDA 13 torch (test_fastmace_rules.py venv_for): of NVIDIA's wheels only those
     # FastMACE's runtime looks for; load stubs (of this root's architecture) for the rest, which nothing calls here.
-    runner, site = venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv",
+    runner, site = test_venvs.emulated_pypi_torch_venv(pins, default_cache(), torch, emulation, python, tmp_path / "venv",
                                                  aarch64_uv_cache, whole=False)
     r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--no-deps", "--target", str(site),
                         "--python-platform", f"aarch64-{emulation.platform_tag.rsplit('_', 1)[0]}", "--python-version",

@@ -24,7 +24,8 @@ from oeq_wheels.inputs import fetch
 from oeq_wheels.ext import consumer
 from oeq_wheels.output import extra_dir
 from oeq_wheels.release import site
-from oeq_wheels.checks import cleaninstall, hosts, venvs
+from oeq_wheels.checks import cleaninstall, hosts
+from support import venvs as test_venvs
 from oeq_wheels.checks.venvs import pip_env, site_packages
 from support.oeq_operators import LOADED
 
@@ -226,7 +227,7 @@ def test_pip_refuses_fastmace_oeq_ext_where_another_torch_is_kept_and_would_othe
     with hosts.pypi_standin(packages, tmp_path / "pypi.log") as index, hosts.pages(root, "oeq-wheels") as base:
         cmd = [py, "-m", "pip", "install", "--index-url", index, "--extra-index-url", f"{base}{line.name}/simple/"]
         for other in others:
-            venvs.installed_reversion(site_packages(torch_venv), "torch", other)
+            test_venvs.installed_reversion(site_packages(torch_venv), "torch", other)
             before = installed()
             assert f'"torch {other}"' in before, before
             keep = tmp_path / f"keep-torch-{other}.txt"

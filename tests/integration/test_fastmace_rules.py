@@ -42,6 +42,7 @@ from support.builds import oeq_wheel_of
 from support.oeq_operators import LOADED
 from oeq_wheels import driver_stub as libcuda, pins as P
 from oeq_wheels.checks import loader_stubs, venvs
+from support import venvs as test_venvs
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -140,8 +141,8 @@ def venv_for(torch: str, tmp_path: Path) -> Path:
     stand in for the missing libraries (driver_stub(..., venv); oeq_wheels/checks/loader_stubs.py)."""
     pins = P.load()
     if torch == pins.matrix.torch_version:
-        return venvs.overlay(venvs.pypi_torch_venv(pins, default_cache(), torch), tmp_path / f"venv-{torch}")
-    return venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}", whole=False)
+        return test_venvs.overlay(test_venvs.pypi_torch_venv(pins, default_cache(), torch), tmp_path / f"venv-{torch}")
+    return test_venvs.pypi_torch_venv(pins, default_cache(), torch, transient=tmp_path / f"torch-{torch}", whole=False)
 
 
 site_of = venvs.site_packages

@@ -1,10 +1,11 @@
-"""The cached venvs are never changed by a test: each test installs into its own overlay (venvs.overlay)."""
+"""The cached venvs are never changed by a test: each test installs into its own overlay (tests/support/venvs.py)."""
 import subprocess
 
 
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import fetch
 from oeq_wheels.checks import venvs
+from support import venvs as test_venvs
 
 
 def test_removing_and_reinstalling_in_an_overlay_leaves_the_cached_venv_as_it_was(fastmace_base, cache, tmp_path):
@@ -13,7 +14,7 @@ def test_removing_and_reinstalling_in_an_overlay_leaves_the_cached_venv_as_it_wa
     (record,) = site.glob("filelock-*.dist-info/RECORD")
     files = [site / line.split(",")[0] for line in record.read_text().splitlines()]
     before = {f: (f.stat().st_ino, f.read_bytes()) for f in files if f.is_file()}
-    venv = venvs.overlay(fastmace_base, tmp_path / "v")
+    venv = test_venvs.overlay(fastmace_base, tmp_path / "v")
     py, env = str(venv / "bin" / "python"), venvs.pip_env()
     r = subprocess.run([py, "-m", "pip", "uninstall", "-y", "-q", "filelock"], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -36,7 +37,7 @@ def test_the_consumer_venv_is_pypis_torch_under_the_pytorch_index_version(fastma
     """fastmace_base is a hard-link copy of PyPI's torch venv (the same binary, not a second install) whose torch
     says the version PyTorch's index gives it; pip sees a consistent install, and PyPI's venv still says its own."""
     pins = P.load()
-    pypi = venvs.pypi_torch_venv(pins, cache, pins.matrix.torch_version)
+    pypi = test_venvs.pypi_torch_venv(pins, cache, pins.matrix.torch_version)
     code = "import importlib.metadata as m, torch; print(m.version('torch')); print(torch.__version__)"
     mine = subprocess.run([str(fastmace_base / "bin" / "python"), "-c", code], capture_output=True, text=True)
     assert mine.stdout.split() == [pins.matrix.consumer_torch] * 2, mine.stderr[-2000:]

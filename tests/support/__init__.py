@@ -8,6 +8,7 @@
 - uploads: the loopback pypiserver that takes uploads
 - fake_registry: a package registry on loopback (PEP 691, ranges) that counts what it sends
 - pypi_mirror: the kept mirror of PyPI the suite's installs go through, and its stand-in index
+- venvs: the suite's own venvs (hard-link overlays, torch from PyPI, the consumer's, the emulated ones)
 - oeq_operators: the operators OEq's sources register, for the load checks
 - claims: the proof table (tests/claims.toml)
 - plugin: the run's hooks: the workers' units of work, the disk check, the mirror, the proof table

@@ -89,7 +89,7 @@ def test_an_install_with_its_libraries_gets_no_stub(install):
 def test_load_only_requirements_keep_the_rest_and_what_oeqs_extension_needs():
     """OEq's extension NEEDS its line's cudart, NVRTC and cuBLAS (FastMACE's runtime looks for CUDA 13's too): those
     wheels stay, a CUDA 12 torch's as well; NCCL, cuDNN and Triton (which compiles) are left out."""
-    from oeq_wheels.checks.venvs import load_only_requirements
+    from support.venvs import load_only_requirements
     meta = ("Name: torch\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart,cufft,nvrtc]==77.0.1; "
             "platform_system == \"Linux\"\nRequires-Dist: nvidia-cudnn-cu13==77.1.2.3; platform_system == \"Linux\"\n"
             "Requires-Dist: nvidia-cuda-runtime-cu12==77.8.90; platform_system == \"Linux\"\n"
