@@ -1,5 +1,6 @@
 """The pinned inputs fetcher against the registry: a hash mismatch is refused, a cached file is verified offline and
-a damaged one fetched again, a pip constraint cannot refuse a pin, and --only names pinned projects only."""
+a damaged one fetched again, and a pip constraint cannot refuse a pin (that --only names pinned projects only is
+tests/unit/test_cli.py's)."""
 import dataclasses
 
 import pytest
@@ -40,12 +41,3 @@ def test_a_configured_pip_constraint_cannot_refuse_a_pinned_file(tmp_path, monke
     monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
     got = fetch.ensure([pin], tmp_path / "cache")
     assert got[pin.file].is_file()
-
-
-def test_fetch_only_a_project_that_is_not_pinned_is_one_line(tmp_path):
-    from support.cli import run_cli
-    r = run_cli("fetch", "--python", "3.11", "--only", "pybind11,numpy", env={"OEQ_WHEELS_CACHE": str(tmp_path)})
-    assert r.returncode == 2, r.stderr[-2000:]
-    (line,) = r.stderr.strip().splitlines()
-    assert "fetch --only: numpy is not a pinned project; pinned: " in line and "pybind11" in line
-    assert not (tmp_path / "downloads").exists() or not any((tmp_path / "downloads").iterdir())

@@ -109,8 +109,3 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel,
     assert "every link resolves with its sha256" in r.stderr
     assert f"README: {install_lines.ours(P.load())[0]}" in r.stderr
     assert "OEq precompiled (our binary wheel)" in r.stdout and "PASS" in r.stdout
-
-
-def test_rehearsal_needs_a_build(tmp_path):
-    r = run_cli("rehearse", str(tmp_path / "nothing"))
-    assert r.returncode == 2 and "build first (make wheels)" in r.stderr and "Traceback" not in r.stderr
