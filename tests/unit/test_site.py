@@ -70,3 +70,9 @@ def test_a_wheels_metadata_is_its_one_dist_info_metadata(tmp_path):
     assert site._metadata(one) == b"Metadata-Version: 2.1\nName: o\n"
     with pytest.raises(OeqWheelsError, match="has 2 .dist-info/METADATA files"):
         site._metadata(two)
+
+
+def test_a_site_without_an_openequivariance_wheel_is_refused_and_nothing_is_written(tmp_path):
+    with pytest.raises(OeqWheelsError, match="no openequivariance wheel"):
+        site.write_site(tmp_path / "site", [], P.load())
+    assert not (tmp_path / "site").exists()
