@@ -1,5 +1,5 @@
-"""The OEQ_WHEELS_* environment variables the pipeline reads: read here and nowhere else in oeq_wheels (the suite's
-PyPI mirror, checks/pypi_mirror.py, reads its own). docs/pipeline.md's settings table says what each does; a unit test
+"""The OEQ_WHEELS_* environment variables the pipeline reads: read here and nowhere else in oeq_wheels.
+docs/pipeline.md's settings table says what each does; a unit test
 holds the two to the same names.
 
 Each call reads the environment as it is then: the CLI sets KEEP_DIR for the run, the container runner IMAGE for its
@@ -16,7 +16,8 @@ CACHE = "OEQ_WHEELS_CACHE"
 KEEP_DIR = "OEQ_WHEELS_KEEP_DIR"
 IMAGE = "OEQ_WHEELS_IMAGE"
 FETCH = "OEQ_WHEELS_FETCH"
-NAMES = (CACHE, KEEP_DIR, IMAGE, FETCH)
+PYPI_MIRROR = "OEQ_WHEELS_PYPI_MIRROR"
+NAMES = (CACHE, KEEP_DIR, IMAGE, FETCH, PYPI_MIRROR)
 FETCH_MODES = ("members", "whole")
 
 
@@ -26,6 +27,7 @@ class Settings:
     keep_dir: str | None   # OEQ_WHEELS_KEEP_DIR: where a check's work kept on purpose goes
     image: str | None      # OEQ_WHEELS_IMAGE: the image the user named for --runner docker (None: the pinned one)
     fetch_value: str       # OEQ_WHEELS_FETCH as set: checked only where it is used (fetch)
+    pypi_mirror: str | None  # OEQ_WHEELS_PYPI_MIRROR: the test suite's mirror of PyPI (its URL; off: none)
 
     @property
     def fetch(self) -> str:
@@ -45,4 +47,5 @@ def current() -> Settings:
         keep_dir=env.get(KEEP_DIR),
         image=env.get(IMAGE) or None,
         fetch_value=env.get(FETCH, "members"),
+        pypi_mirror=env.get(PYPI_MIRROR),
     )

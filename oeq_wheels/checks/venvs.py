@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import proc
+from .. import proc, settings
 from ..inputs import pythons
 from ..files import locked
 from ..oeq import wheel as oeqpy
@@ -19,14 +19,11 @@ CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 # PyPI as uv names its default index. uv keys its cache by the index's URL as written: "https://pypi.org/simple/"
 # (with the slash) is another index to it, and every wheel installed through it would be stored a second time.
 UV_PYPI = "https://pypi.org/simple"
-# The test suite's kept mirror of PyPI (tests/support/pypi_mirror.py), where one runs: its simple index URL. The
-# verbs the suite runs (install-matrix, clean-install, the variant index's check) install through it.
-MIRROR_ENV = "OEQ_WHEELS_PYPI_MIRROR"
-
-
 def mirror_url() -> str | None:
-    """The running session's mirror of PyPI (its simple index URL), or None where installs go to PyPI directly."""
-    value = os.environ.get(MIRROR_ENV, "")
+    """The test session's kept mirror of PyPI (tests/support/pypi_mirror.py; its simple index URL), or None where
+    installs go to PyPI directly. The verbs the suite runs (install-matrix, clean-install, the variant index's check)
+    install through it."""
+    value = settings.current().pypi_mirror or ""
     return value if value.startswith("http") else None
 
 

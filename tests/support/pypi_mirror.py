@@ -49,8 +49,9 @@ from packaging.utils import canonicalize_name
 from oeq_wheels import registry
 from oeq_wheels.checks import hosts
 # The product's side of it: the verbs the tests run (install-matrix, clean-install) read the running mirror's URL
-# from the environment (OEQ_WHEELS_PYPI_MIRROR) and spell every index from it (oeq_wheels/checks/venvs.py).
-from oeq_wheels.checks.venvs import MIRROR_ENV as ENV, mirror_url as url, standin_url  # noqa: F401
+# (OEQ_WHEELS_PYPI_MIRROR, through oeq_wheels.settings) and spell every index from it (oeq_wheels/checks/venvs.py).
+from oeq_wheels.checks.venvs import mirror_url as url, standin_url  # noqa: F401
+from oeq_wheels.settings import PYPI_MIRROR as ENV  # noqa: F401
 from oeq_wheels.files import locked, sweep_stale, temp_prefix
 
 PYPI = "https://pypi.org/simple/"

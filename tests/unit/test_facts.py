@@ -61,10 +61,10 @@ def test_which_line_a_wheel_version_is():
 
 def test_tools_start_through_proc_run():
     """proc.run is the one place a tool is run to its end (stopped with the run, in its own group); a Popen that
-    streams (a pipe, a server) is the exception. pypi_mirror.py is the suite's harness, not the pipeline's."""
+    streams (a pipe, a server) is the exception."""
     calls = ("subprocess.run(", "subprocess.call(", "subprocess.check_call(", "subprocess.check_output(")
     found = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "oeq_wheels").rglob("*.py"))
-             if p.name not in ("proc.py", "pypi_mirror.py")
+             if p.name != "proc.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if any(c in line for c in calls)]
     assert found == ["oeq_wheels/buildimage.py:" + str(next(
         n for n, l in enumerate((REPO / "oeq_wheels/buildimage.py").read_text().splitlines(), 1)
@@ -94,14 +94,12 @@ def settings_table() -> set[str]:
 
 def test_the_settings_table_names_what_settings_reads():
     from oeq_wheels import settings
-    # OEQ_WHEELS_PYPI_MIRROR: the suite's PyPI mirror reads it (pypi_mirror.py, wherever the harness keeps it)
-    assert settings_table() == {*settings.NAMES, "OEQ_WHEELS_PYPI_MIRROR"}
+    assert settings_table() == set(settings.NAMES)
 
 
 def test_only_settings_reads_an_oeq_wheels_variable():
-    """An OEQ_WHEELS_* name as code (no blank in the string) only in settings.py (and the suite's mirror): prose may
-    name one."""
+    """An OEQ_WHEELS_* name as code (no blank in the string) only in settings.py: prose may name one."""
     found = [f"{p.relative_to(REPO)}:{line}" for p in sorted((REPO / "oeq_wheels").rglob("*.py"))
-             if p.name not in ("settings.py", "pypi_mirror.py")
+             if p.name != "settings.py"
              for line, s in code_strings(p) if "OEQ_WHEELS_" in s and not any(c.isspace() for c in s)]
     assert not found, f"read it through oeq_wheels.settings: {found}"
