@@ -22,13 +22,13 @@ from pathlib import Path
 from . import buildroot, pins as pins_mod, gate_common
 from .inputs import fetch, freethreaded, pythons
 from . import toolchain as tc
-from .errors import BuildError, OeqWheelsError, UsageError  # noqa: F401 (BuildError: build.BuildError, as before)
+from .errors import BuildError, Interrupted, OeqWheelsError, UsageError  # noqa: F401 (BuildError: build.BuildError, as before)
 from .ext import product as ext_product
 from .oeq import product as oeq_product
 from .files import default_cache, sweep_stale
 from .output import extra_dir, variants_dir
 from .product import Compile, Part, Product, Run
-from .stop import Interrupted, stop_if_cancelled
+from .stop import stop_if_cancelled
 from .progress import Stage, say, table, warn
 from .report import write_report
 

@@ -30,7 +30,7 @@ from . import proc
 from . import buildroot, debian
 from .inputs import fetch, pythons
 from . import pins as pins_mod
-from .errors import OeqWheelsError
+from .errors import BuildImageError, PythonNotFound
 from .files import locked, try_locked
 from .progress import say
 
@@ -42,17 +42,13 @@ BASE = ("ca-certificates", "xz-utils", "libssl3", "libffi8", "libsqlite3-0", "li
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-class BuildImageError(OeqWheelsError):
-    pass
-
-
 def interpreters(pins: pins_mod.Pins) -> list[pythons.Interpreter]:
     """This host's CPythons of the versions pins.toml [toolchain.pythons] names (those it has)."""
     out = []
     for v in (v for v in pins.toolchain.pythons if not pins_mod.free_threaded(v)):  # the build makes those itself
         try:
             out.append(pythons.find(v))
-        except pythons.PythonNotFound:
+        except PythonNotFound:
             say(f"oeq-wheels: NOTE: no CPython {v} here, so the build image has none (builds for it fail there)")
     return out
 

@@ -15,8 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import __version__, output, proc, progress, stop
-from .errors import OeqWheelsError, UsageError
+from . import __version__, output, proc, progress
+from .errors import Interrupted, OeqWheelsError, UsageError
 from .files import sweep_stale, temp_prefix
 from .settings import KEEP_DIR
 
@@ -214,7 +214,7 @@ def _on_signal(signum, frame):
     proc.cancel()
     for s in (signal.SIGINT, signal.SIGTERM):  # a second signal while cleaning up only repeats the stop
         signal.signal(s, lambda *_: proc.cancel())
-    raise stop.Interrupted(signal.Signals(signum).name)
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def _join_workers() -> None:
@@ -249,7 +249,7 @@ def _run_tempdir():
         shutil.rmtree(run_tmp, ignore_errors=True)
 
 
-def _interrupted(exc: stop.Interrupted) -> int:
+def _interrupted(exc: Interrupted) -> int:
     # By now every worker has stopped and the run's temporary directory is gone (_run_tempdir),
     # so what is printed below is already true.
     done = output.placed()
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             _container_handoff(args)
         with _run_tempdir():
             return _dispatch(args)
-    except stop.Interrupted as exc:
+    except Interrupted as exc:
         return _interrupted(exc)
     except BrokenPipeError:  # e.g. `oeq-wheels pythons | head -1`
         sys.stderr.close()

@@ -18,13 +18,9 @@ from pathlib import Path
 from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
 
 from . import proc
-from .errors import OeqWheelsError
+from .errors import DriverStubError
 
 DRIVER_SYMBOL = re.compile(r"^cu[A-Z]\w*$")  # driver API; the runtime's are cuda*, cublas*
-
-
-class StubError(OeqWheelsError):
-    pass
 
 
 def undefined_driver_symbols(paths: list[Path], dynamic: bool = False) -> list[str]:
@@ -32,7 +28,7 @@ def undefined_driver_symbols(paths: list[Path], dynamic: bool = False) -> list[s
     cmd = ["nm", "--undefined-only", "--format=just-symbols"] + (["-D"] if dynamic else [])
     res = proc.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
     if res.returncode != 0:
-        raise StubError(f"nm failed: {res.stderr.strip()}")
+        raise DriverStubError(f"nm failed: {res.stderr.strip()}")
     names = {line.strip().split("@")[0] for line in res.stdout.splitlines()}
     return sorted(n for n in names if DRIVER_SYMBOL.match(n))
 
@@ -46,7 +42,7 @@ def stub_for_library(library: Path, out_dir: Path, cc: str = "gcc") -> Path:
 def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
     """Write out_dir/libcuda.so.1 defining the given symbols; return its path."""
     if not symbols:
-        raise StubError("no cu* driver symbols found; refusing to make an empty libcuda stub")
+        raise DriverStubError("no cu* driver symbols found; refusing to make an empty libcuda stub")
     out_dir.mkdir(parents=True, exist_ok=True)
     body = "".join(f"int {s}(void) {{ return 100; }}\n" for s in symbols)
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,7 +52,7 @@ def make_stub(symbols: list[str], out_dir: Path, cc: str = "gcc") -> Path:
         res = proc.run([*shlex.split(cc), "-shared", "-fPIC", f"-Wl,-soname,{DRIVER_SONAME}",
                                "-o", str(out), str(src)], capture_output=True, text=True)
         if res.returncode != 0:
-            raise StubError(f"building the libcuda stub failed: {res.stderr.strip()}")
+            raise DriverStubError(f"building the libcuda stub failed: {res.stderr.strip()}")
     return out
 
 

@@ -11,16 +11,12 @@ from pathlib import Path
 from fastmace_oeq_ext import cudaflags
 
 from . import addresses
-from .errors import BuildRootError, UsageError
+from .errors import BuildRootError, PinsError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")
 # The architecture whose files a pinned entry names at its top level ([nvidia."X"], a matrix's torch_wheels); each
 # other architecture's are under the entry's arch.NAME table (arch_table). A line is built for it unless it says.
 TOP_ARCH = "x86_64"
-
-
-class PinsError(UsageError):
-    """The pins file or a requested matrix/Python does not make sense."""
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,11 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 
-from .errors import OeqWheelsError
+from .errors import RegistryError
 
 PYPI = "https://pypi.org/simple/"
 _ACCEPT = "application/vnd.pypi.simple.v1+json"
 _TIMEOUT = 60
-
-
-class RegistryError(OeqWheelsError):
-    """The registry cannot be reached, lacks a project or file, or answers something we cannot use."""
 
 
 @dataclass(frozen=True)

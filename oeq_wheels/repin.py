@@ -25,12 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from . import install_lines, pins as pins_mod, registry
 from .inputs import link_stubs, fetch, members
-from .errors import UsageError
+from .errors import PinsError, RepinError
 from .files import write_atomic
-
-
-class RepinError(UsageError):
-    """What was asked cannot be pinned: the registry lacks it, or the result would not load."""
 
 
 def _version(text: str, what: str) -> Version:
@@ -323,7 +319,7 @@ class Repinner:
             if self.readme is not None:
                 old = self.readme.read_text()
                 readme = rewrite_derived(old, derived_lines(pins_mod.load(path=self.path)), derived_lines(after))
-        except pins_mod.PinsError as exc:
+        except PinsError as exc:
             os.unlink(tmp)
             raise RepinError(f"the re-pinned file would not load ({exc}); {self.path.name} untouched") from None
         except BaseException:

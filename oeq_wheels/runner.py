@@ -17,16 +17,12 @@ import subprocess
 from pathlib import Path
 
 from . import proc, settings
-from .errors import OeqWheelsError, UsageError
+from .errors import BuildImageError, ImageUnavailable, UsageError
 from .progress import say
 
 RUN_CONTAINER = Path(__file__).resolve().parent.parent / "tools" / "release" / "oeq_wheels" / "run_container.sh"
 IMAGE_FILE = Path(__file__).resolve().parent.parent / "docker" / "IMAGE"
 PULL_TIMEOUT = 600  # seconds: the pinned image is ~1 GB; an unreachable registry fails in seconds
-
-
-class ImageUnavailable(OeqWheelsError):
-    """The engine answers but has the build image neither locally nor through a pull."""
 
 
 def manylinux_image() -> str:
@@ -59,7 +55,7 @@ def ensure_image(name: str | None = None) -> str:
         from .pins import load
         try:
             return buildimage.ensure(client, load(), default_cache())
-        except buildimage.BuildImageError as exc:
+        except BuildImageError as exc:
             raise ImageUnavailable(f"the build image cannot be made for {client}: {exc}") from None
     if proc.run([client, "image", "inspect", name], capture_output=True).returncode == 0:
         return name

@@ -7,13 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import OeqWheelsError
-
-
-class Interrupted(OeqWheelsError):
-    """The run was stopped by SIGINT or SIGTERM; nothing after that point was written."""
-
-    exit_code = 130
+from .errors import Interrupted
 
 
 _stopped = threading.Event()

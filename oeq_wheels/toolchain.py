@@ -17,20 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import buildroot, debian, proc
-from .errors import OeqWheelsError
+from .errors import CompileError, LinkError
 from .files import sha256_file, sweep_stale, temp_prefix
 from .progress import warn
 
 # Headers put before every system directory where the target's glibc is older than the compiler's headers assume.
 SHIM_DIR = Path(__file__).parent / "shim"
-
-
-class CompileError(OeqWheelsError):
-    pass
-
-
-class LinkError(OeqWheelsError):
-    pass
 
 
 @dataclass

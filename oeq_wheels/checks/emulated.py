@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from .. import buildroot, debian, proc
-from ..errors import OeqWheelsError
+from ..errors import EmulationError
 from ..files import locked, sweep_stale, temp_prefix
 from ..pins import Arch
 
@@ -36,10 +36,6 @@ CPU_INFO = ("processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm
             "fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 asimddp sha512 asimdfhm dit uscat ilrcpc flagm "
             "ssbs sb dcpodp flagm2 frint i8mm bf16 rng bti\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
             "CPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n")
-
-
-class EmulationError(OeqWheelsError):
-    pass
 
 
 def native(arch: Arch) -> bool:

@@ -29,12 +29,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from ..errors import OeqWheelsError
+from ..errors import HostError
 from ..release.site import release_asset_name
-
-
-class HostError(OeqWheelsError):
-    pass
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -12,14 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import pins as pins_mod
-from ..errors import OeqWheelsError
+from ..errors import LastMileError, OeqWheelsError
 from ..output import extra_dir, variants_dir
 from ..release import publish, recorded
 from ..release.site import release_asset_name
-
-
-class LastMileError(OeqWheelsError):
-    pass
 
 
 @dataclass(frozen=True)

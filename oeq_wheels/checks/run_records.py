@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import RecordError, UsageError
 from ..release import recorded as recorded_mod
 
 SCHEMA = "oeq-wheels-run-record/1"
@@ -24,10 +24,6 @@ DIR = Path(__file__).resolve().parents[2] / "records" / "runs"
 RELATIVE = "records/runs"
 MAX_BYTES = 4 << 20  # a record is a few kB to a few hundred kB; anything larger is not one
 MACHINE_KEYS = ("device", "driver", "python", "torch")
-
-
-class RecordError(ValueError):
-    """A file that is not a run record; the message names the file and what is wrong."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,13 +21,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from .. import proc
 from . import members, link_stub_store
-from ..errors import OeqWheelsError
+from ..errors import FetchError, Unsupported
 from ..files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
 from ..pins import Pinned
-
-
-class FetchError(OeqWheelsError):
-    pass
 
 
 def _stamp(path: Path) -> Path:
@@ -226,7 +222,7 @@ class Remote:
                                 wheel=wheel)
             for name in [n for n in wheel.infos if wanted(n) and lib(n) in stubbed]:
                 got[name] = link_stub_store.ensure(wheel, stubbed[lib(name)], name, self.cache, self.log)
-        except members.Unsupported as exc:
+        except Unsupported as exc:
             self.log(f"{exc}; downloading the whole {self.pin.file} instead")
             return ensure([dataclasses.replace(self.pin, record="")], self.cache, self.log)[self.pin.file]
         for name, stored in got.items():

@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 
 from .. import proc
-from ..errors import OeqWheelsError
+from ..errors import FreeThreadedError
 from ..files import locked, temp_prefix
 from ..pins import FreeThreaded
 from . import fetch
@@ -25,10 +25,6 @@ from .pythons import Interpreter
 # configure's and make's environment: the host's compiler with no flags of the caller's (a build's CC may be a
 # sentinel or a cross compiler).
 DROP = ("CC", "CXX", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CPATH", "LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME")
-
-
-class FreeThreadedError(OeqWheelsError):
-    pass
 
 
 def _root(ft: FreeThreaded, cache: Path) -> Path:

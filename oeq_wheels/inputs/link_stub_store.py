@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 from . import link_stubs, members
+from ..errors import LinkStubError, MemberError
 from ..files import locked_dir, sweep_stale, temp_prefix
 from ..pins import Pinned, StubPin
 
@@ -46,7 +47,7 @@ def _usable(path: Path, digest: str) -> bool:
     """The stored stub is there and still of its digest (read again each time a tree is made from it)."""
     try:
         return link_stubs.view_of_file(path)[0].digest() == digest
-    except (OSError, ValueError, link_stubs.StubError):
+    except (OSError, ValueError, LinkStubError):
         return False
 
 
@@ -101,7 +102,7 @@ def from_zip(zf: zipfile.ZipFile, info: zipfile.ZipInfo, pin: Pinned, sp: StubPi
 def _store(view: link_stubs.View, pin: Pinned, sp: StubPin, member: str, path: Path) -> Path:
     """Write the stub of a view with the pinned digest, checked by reading it back; refuse any other view."""
     if view.digest() != sp.digest:
-        raise members.MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
+        raise MemberError(f"{pin.file}: {member} exports symbols of digest {view.digest()[:16]}…, pinned "
                                   f"{sp.digest[:16]}…; refusing it (re-pin with `oeq-wheels pins --records` if the "
                                   "pin is wrong)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +111,7 @@ def _store(view: link_stubs.View, pin: Pinned, sp: StubPin, member: str, path: P
     try:
         link_stubs.write_stub(view, tmp)
         if link_stubs.view_of_file(tmp)[0].digest() != sp.digest:
-            raise link_stubs.StubError(f"the stub written for {member} does not read back as its library; "
+            raise LinkStubError(f"the stub written for {member} does not read back as its library; "
                                     "this is a defect of oeq_wheels/inputs/link_stubs.py")
         os.replace(tmp, path)
     finally:
@@ -121,8 +122,8 @@ def _store(view: link_stubs.View, pin: Pinned, sp: StubPin, member: str, path: P
 def _view(read, pin: Pinned, member: str) -> link_stubs.View:
     try:
         return read()
-    except link_stubs.StubError as exc:
-        raise members.MemberError(f"{pin.file}: {member}: {exc}; refusing it") from None
+    except LinkStubError as exc:
+        raise MemberError(f"{pin.file}: {member}: {exc}; refusing it") from None
     except (IndexError, ValueError, UnicodeDecodeError, struct.error):
-        raise members.MemberError(f"{pin.file}: {member}: its symbol tables are not where the pins say; "
+        raise MemberError(f"{pin.file}: {member}: its symbol tables are not where the pins say; "
                                   "refusing it") from None

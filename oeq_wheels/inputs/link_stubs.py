@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import OeqWheelsError
+from ..errors import LinkStubError
 
 SHT_STRTAB, SHT_HASH, SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 3, 5, 6, 8, 11
 SHT_GNU_VERDEF, SHT_GNU_VERSYM = 0x6FFFFFFD, 0x6FFFFFFF
@@ -32,10 +32,6 @@ SHN_UNDEF, SHN_ABS = 0, 0xFFF1
 STT_TLS = 6
 STB_LOCAL = 0
 SEC_BSS, SEC_TBSS = 7, 8   # the stub's sections of defined symbols (write_stub's layout)
-
-
-class StubError(OeqWheelsError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,7 @@ class Tables:
     @classmethod
     def from_list(cls, v: list[int]) -> "Tables":
         if len(v) != 8 or not all(isinstance(x, int) and x >= 0 for x in v):
-            raise StubError(f"stub tables {v!r} are not 8 offsets and sizes; re-pin with `oeq-wheels pins --records`")
+            raise LinkStubError(f"stub tables {v!r} are not 8 offsets and sizes; re-pin with `oeq-wheels pins --records`")
         return cls((v[0], v[1]), (v[2], v[3]), (v[4], v[5]) if v[5] else None, (v[6], v[7]) if v[7] else None)
 
 
@@ -78,11 +74,11 @@ class View:
 
 
 def _header(data) -> tuple[int, int, int, int, int, int]:
-    """(machine, osabi, flags, shoff, shnum, shentsize) of an ELF64 little-endian file; StubError otherwise."""
+    """(machine, osabi, flags, shoff, shnum, shentsize) of an ELF64 little-endian file; LinkStubError otherwise."""
     if len(data) < 64 or data[:4] != b"\x7fELF":
-        raise StubError("not an ELF file")
+        raise LinkStubError("not an ELF file")
     if data[4] != 2 or data[5] != 1:
-        raise StubError("not a 64-bit little-endian ELF file (the only kind the pinned architectures have)")
+        raise LinkStubError("not a 64-bit little-endian ELF file (the only kind the pinned architectures have)")
     machine, _ver, _entry, _phoff, shoff, flags, _eh, _phe, _phn, shentsize, shnum, _shstrndx = \
         struct.unpack_from("<HIQQQIHHHHHH", data, 18)
     return machine, data[7], flags, shoff, shnum, shentsize
@@ -92,13 +88,13 @@ def find_tables(data) -> tuple[Tables, str]:
     """The table places of a whole library, from its section headers; and its DT_SONAME ('' if it has none)."""
     _m, _o, _f, shoff, shnum, shentsize = _header(data)
     if shoff == 0 or shoff + shnum * shentsize > len(data):
-        raise StubError("the section headers are missing or cut off (a whole library is needed)")
+        raise LinkStubError("the section headers are missing or cut off (a whole library is needed)")
     secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     by_type = {}
     for s in secs:
         by_type.setdefault(s[1], s)
     if SHT_DYNSYM not in by_type:
-        raise StubError("the library has no dynamic symbol table")
+        raise LinkStubError("the library has no dynamic symbol table")
     dynsym = by_type[SHT_DYNSYM]
     dynstr = secs[dynsym[6]]
     place = lambda s: (s[4], s[5])  # noqa: E731 (offset, size)
@@ -119,7 +115,7 @@ def find_tables(data) -> tuple[Tables, str]:
 def _string(data, strtab: tuple[int, int], index: int) -> str:
     start = strtab[0] + index
     if index >= strtab[1]:
-        raise StubError(f"a string index ({index}) lies outside the string table")
+        raise LinkStubError(f"a string index ({index}) lies outside the string table")
     return bytes(data[start:data.find(b"\0", start, strtab[0] + strtab[1])]).decode()
 
 
@@ -127,7 +123,7 @@ def read_view(data, tables: Tables, soname: str) -> View:
     """The view of a library's tables; data holds at least its first tables.end bytes."""
     machine, osabi, flags, *_ = _header(data)
     if len(data) < tables.end:
-        raise StubError(f"{soname}: {len(data)} bytes given, the tables end at {tables.end}")
+        raise LinkStubError(f"{soname}: {len(data)} bytes given, the tables end at {tables.end}")
     verdefs = []
     if tables.verdef and tables.verdef[1]:
         off, left = tables.verdef[0], tables.verdef[1]
@@ -159,10 +155,10 @@ def view_of_file(path: Path) -> tuple[View, Tables]:
         try:
             tables, soname = find_tables(data)
             return read_view(data, tables, soname or path.name), tables
-        except StubError as exc:
-            raise StubError(f"{path.name}: {exc}") from None
+        except LinkStubError as exc:
+            raise LinkStubError(f"{path.name}: {exc}") from None
         except struct.error:
-            raise StubError(f"{path.name}: its tables are cut off or malformed") from None
+            raise LinkStubError(f"{path.name}: its tables are cut off or malformed") from None
 
 
 def _sysv_hash(name: bytes) -> int:

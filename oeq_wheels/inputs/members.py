@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import registry, settings
-from ..errors import OeqWheelsError
+from ..errors import MemberError, RegistryError, Unsupported
 from ..files import temp_prefix, sweep_stale
 from ..pins import Pinned
 from ..stop import stop_if_cancelled
@@ -44,14 +44,6 @@ from ..stop import stop_if_cancelled
 LEDGER = "fetched.jsonl"   # cache/members/: one line per range fetch {wheel, bytes, seconds}, for bench/run.py
 GAP = 1 << 20              # members closer than this are fetched in one request (the headers lie together)
 CHUNK = 1 << 20
-
-
-class MemberError(OeqWheelsError):
-    """A member, RECORD or response that does not match the pins: refused."""
-
-
-class Unsupported(OeqWheelsError):
-    """This index or file host cannot serve members (no JSON API, ranges ignored): fetch the whole wheel."""
 
 
 def mode() -> str:
@@ -130,7 +122,7 @@ class RemoteWheel:
         self.pin = pin
         try:
             files = registry.project_files(index, pin.name)
-        except registry.RegistryError as exc:
+        except RegistryError as exc:
             if "does not serve the JSON simple API" in str(exc):
                 raise Unsupported(str(exc)) from None
             raise MemberError(str(exc)) from None
@@ -145,14 +137,14 @@ class RemoteWheel:
         self.reader = _Reader(self.file)
         try:
             zf = zipfile.ZipFile(io.BufferedReader(self.reader, _Reader.BLOCK))
-        except registry.RegistryError as exc:
+        except RegistryError as exc:
             raise (Unsupported if "ignored" in str(exc) else MemberError)(str(exc)) from None
         except zipfile.BadZipFile as exc:
             raise MemberError(f"{pin.file}: its central directory cannot be read by range ({exc})") from None
         self.infos = {i.filename: i for i in zf.infolist()}
         try:
             data = zf.read(record_name(self.infos, pin.file))
-        except registry.RegistryError as exc:
+        except RegistryError as exc:
             raise MemberError(str(exc)) from None
         got = hashlib.sha256(data).hexdigest()
         if got != pin.record:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
-from ..errors import UsageError
+from ..errors import PythonNotFound
 from ..files import sha256_file, temp_prefix
 from ..pins import cp_tag, free_threaded
 
@@ -27,10 +27,6 @@ PROBE = (
     " 'has_header': os.path.isfile(os.path.join(inc, 'Python.h')),"
     " 'gil_disabled': bool(sysconfig.get_config_var('Py_GIL_DISABLED'))}))"
 )
-
-
-class PythonNotFound(UsageError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from . import link_stub_store
-from ..errors import OeqWheelsError
+from ..errors import InputError
 from ..files import stat_key, temp_prefix, write_atomic
 from ..pins import Pinned
 from ..progress import warn
@@ -30,10 +30,6 @@ TORCH_TEXT_FILES = ("torch/version.py", "torch/utils/cpp_extension.py")
 
 TREE_RECORD = ".oeq-wheels-tree.json"    # what was unpacked: {path: [size, crc32]}, written once
 TREE_STAMPS = ".oeq-wheels-stamps.json"   # when each file was last checked: {path: [ino, size, mtime_ns, ctime_ns]}
-
-
-class InputError(OeqWheelsError):
-    pass
 
 
 def _crc32(path: str | Path) -> int:

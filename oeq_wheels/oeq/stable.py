@@ -22,7 +22,7 @@ from pathlib import Path
 from fastmace_oeq_ext import cudaflags as wheel_cuda
 
 from .. import proc, driver_stub
-from ..errors import OeqWheelsError
+from ..errors import StableBuildError
 from ..toolchain import SHIM_DIR, Toolchain, link_stripped, prefix_map_flags
 from ..pins import OeqLine
 
@@ -44,10 +44,6 @@ NB_SECTIONS = ["-ffunction-sections", "-fdata-sections"]
 # STABLE_ABI: the library becomes nanobind-static-abi3 (the same sources and flags) with this PUBLIC definition, so
 # the module's own sources see it too (nanobind-config.cmake; linked builds always target 3.12, nb_internals.h).
 LIMITED_API = "-DPy_LIMITED_API=0x030C0000"
-
-
-class StableBuildError(OeqWheelsError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,12 @@ from pathlib import Path
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 
 from .. import pins as pins_mod
-from ..errors import OeqWheelsError
+from ..errors import VariantError
 from ..tags import split_variant, tag_arch
 from .. import wheelfile
 
 FILE_NAME = "variant.json"   # in the wheel's .dist-info
 NAMESPACE = "nvidia"
-
-
-class VariantError(OeqWheelsError):
-    pass
 
 
 def label(line: pins_mod.OeqLine) -> str:

@@ -16,12 +16,8 @@ from pathlib import Path
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE
 
 from .. import pins as pins_mod, elf, tags
-from ..errors import OeqWheelsError
+from ..errors import CompareError
 from ..files import sha256_file
-
-
-class CompareError(OeqWheelsError):
-    pass
 
 
 def facts(wheel: Path, pins: pins_mod.Pins) -> dict:

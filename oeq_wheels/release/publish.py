@@ -18,17 +18,13 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from .. import proc
 from .. import pins as pins_mod
-from ..errors import Refused, UsageError
+from ..errors import Refused, ReleaseError
 from ..files import sha256_file, write_atomic
 from ..gate import verify_any
 from ..tags import tag_arch
 from ..oeq import variants
 from ..output import extra_dir, variants_dir
 from . import recorded
-
-
-class ReleaseError(UsageError):
-    pass
 
 
 def redact(url: str) -> str:

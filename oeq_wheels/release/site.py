@@ -43,7 +43,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import install_lines, pins as pins_mod
-from ..errors import Refused, UsageError
+from ..errors import Refused, SiteError
 from ..files import sha256_file
 from ..gate_common import python_of
 from . import recorded
@@ -52,10 +52,6 @@ from ..oeq import variants
 from ..output import variants_dir
 
 PROJECT = "openequivariance"
-
-
-class SiteError(UsageError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from oeq_wheels.checks import hosts
 # (OEQ_WHEELS_PYPI_MIRROR, through oeq_wheels.settings) and spell every index from it (oeq_wheels/checks/venvs.py).
 from oeq_wheels.checks.venvs import mirror_url as url, standin_url  # noqa: F401
 from oeq_wheels.settings import PYPI_MIRROR as ENV  # noqa: F401
+from oeq_wheels.errors import RegistryError
 from oeq_wheels.files import locked, sweep_stale, temp_prefix
 
 PYPI = "https://pypi.org/simple/"
@@ -201,7 +202,7 @@ class Mirror:
         reader = registry._RangeReader(registry.File(name, source, sha256, size, False))
         try:
             return _own_metadata(zipfile.ZipFile(io.BufferedReader(reader, 1 << 16)), name)
-        except (registry.RegistryError, zipfile.BadZipFile, KeyError) as exc:
+        except (RegistryError, zipfile.BadZipFile, KeyError) as exc:
             raise OSError(f"{name}: {exc}") from None
         finally:
             with self.lock:

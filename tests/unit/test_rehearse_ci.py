@@ -8,6 +8,7 @@ import pytest
 
 from support import REPO
 from oeq_wheels.checks import rehearse_ci
+from oeq_wheels.errors import CIRehearsalError
 
 
 def test_every_action_the_workflows_use_has_a_stand_in_or_runs_as_it_is():
@@ -173,7 +174,7 @@ def test_the_act_slice_has_a_claim_in_the_words_of_docs_releasing():
 def test_an_action_without_a_stand_in_is_one_line(tmp_path):
     wf = tmp_path / "x.yml"
     wf.write_text("jobs:\n  a:\n    steps:\n      - uses: someone/new-action@" + "0" * 40 + "  # v1\n")
-    with pytest.raises(rehearse_ci.RehearsalError, match=r"no stand-in for someone/new-action \(x.yml\)"):
+    with pytest.raises(CIRehearsalError, match=r"no stand-in for someone/new-action \(x.yml\)"):
         rehearse_ci.local_repositories([wf])
 
 
