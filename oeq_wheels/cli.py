@@ -1,7 +1,11 @@
 """oeq-wheels: build, verify and release fastmace-oeq-ext and the binary OpenEquivariance wheels.
 
-Also `python -m oeq_wheels`. Every expected failure is one line on stderr: exit 2 for a
-usage error (bad option, pins, directory), 1 for a build or check that failed.
+Also `python -m oeq_wheels`. Every expected failure is one line on stderr (oeq-wheels: error: ...).
+Exit codes (each error's class in oeq_wheels/errors.py carries its own):
+  0    done
+  1    a build, check or step failed (a wheel refused, a gate or publish check, a download)
+  2    usage: a bad option or argument, the pins, a missing or unusable directory
+  130  interrupted (SIGINT, SIGTERM)
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import threading
 from pathlib import Path
 
 from . import __version__, output, proc, progress
-from .errors import Interrupted, OeqWheelsError, UsageError
+from .errors import Interrupted, OeqWheelsError, UsageError, report
 from .files import sweep_stale, temp_prefix
 from .settings import KEEP_DIR
 
@@ -257,7 +261,7 @@ def _interrupted(exc: Interrupted) -> int:
             else "; no wheel was written by this run")
     print(f"oeq-wheels: interrupted ({exc}): stopped every tool and worker, removed their temporary "
           f"files and partial downloads{kept}", file=sys.stderr)
-    return 130
+    return exc.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,9 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `oeq-wheels pythons | head -1`
         sys.stderr.close()
         return 1
-    except OeqWheelsError as exc:  # expected: one line, no traceback
-        print(f"oeq-wheels: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except OeqWheelsError as exc:  # expected: one line, no traceback; the exit code is the class's (errors.py)
+        return report(exc)
 
 
 def _container_handoff(args) -> None:

@@ -1,9 +1,12 @@
 """Every error a user can meet, each a class with its exit code; the CLI (cli.main) catches them once.
 
 A usage error (exit 2) is a UsageError; every other class exits 1, Interrupted 130. The message is
-printed as one line, without a traceback.
+printed as one line, without a traceback. cli.py's docstring (--help) is the table users read;
+tests/unit/test_errors.py holds the classes, their codes and that table to each other.
 """
 from __future__ import annotations
+
+import sys
 
 
 class OeqWheelsError(Exception):
@@ -36,14 +39,16 @@ class SiteError(UsageError):
     """The site cannot be laid out from the given wheels or release assets."""
 
 
-class ReleaseError(UsageError):
-    """The publish gate refused the set (incomplete, foreign files), or a release step failed (the index, twine)."""
-
-
 # --- 1: a file that must not reach a user ------------------------------------------------------------------------
 
 class Refused(OeqWheelsError):
     """A file that must not reach a user: not the recorded bytes, or a door found other bytes already there."""
+
+    exit_code = 1
+
+
+class ReleaseError(OeqWheelsError):
+    """The publish gate refused the set (incomplete, foreign files), or a release step failed (the index, twine)."""
 
     exit_code = 1
 
@@ -167,3 +172,12 @@ class Interrupted(OeqWheelsError):
 
     exit_code = 130
 
+
+def report(exc: OeqWheelsError) -> int:
+    """Print an expected failure as its one line on stderr; the exit code its class gives.
+
+    cli.main catches every OeqWheelsError once and reports it here; so does recorded.main, the doors' second entry
+    point (release.yml runs it with the bare python3, standard library only).
+    """
+    print(f"oeq-wheels: error: {exc}", file=sys.stderr)
+    return exc.exit_code

@@ -24,7 +24,7 @@ import tomlkit
 
 from . import proc
 from . import debian
-from .errors import UsageError
+from .errors import Refused, RegistryError, UsageError
 
 
 def _get(url: str) -> bytes:
@@ -32,7 +32,7 @@ def _get(url: str) -> bytes:
         with urllib.request.urlopen(url, timeout=120) as r:
             return r.read()
     except (urllib.error.URLError, OSError) as exc:
-        raise UsageError(f"could not read {url}: {exc} -- check the network") from None
+        raise RegistryError(f"could not read {url}: {exc} -- check the network") from None
 
 
 def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = None) -> str:
@@ -55,16 +55,16 @@ def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = N
     if res.returncode != 0:
         said = [l for l in res.stderr.decode(errors="replace").splitlines() if l.strip()]
         why = said[-1] if said else f"gpgv exit {res.returncode}"
-        raise UsageError(f"{url} is not signed by Debian's archive keys ({why}; keyring {keyring}): nothing "
-                         "re-pinned; use a mirror that serves Debian's own files (pins.toml [toolchain] archive), or "
-                         "update debian-archive-keyring if Debian has new keys")
+        raise Refused(f"{url} is not signed by Debian's archive keys ({why}; keyring {keyring}): nothing "
+                      "re-pinned; use a mirror that serves Debian's own files (pins.toml [toolchain] archive), or "
+                      "update debian-archive-keyring if Debian has new keys")
     text = res.stdout.decode(errors="replace")
     fields = dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
     names = [fields.get(k, "").strip() for k in ("Codename", "Suite")]
     if suite not in names:  # a release of another suite, signed as well, served in this one's place
-        raise UsageError(f"{url} is signed but is Debian {' / '.join(n for n in names if n) or 'no named suite'}, "
-                         f"not {suite}: nothing re-pinned; use a mirror that serves {suite} (pins.toml [toolchain] "
-                         "archive)")
+        raise Refused(f"{url} is signed but is Debian {' / '.join(n for n in names if n) or 'no named suite'}, "
+                      f"not {suite}: nothing re-pinned; use a mirror that serves {suite} (pins.toml [toolchain] "
+                      "archive)")
     return text
 
 
@@ -79,7 +79,7 @@ def packages_index(archive: str, suite: str, arch: str, keyring: Path | None = N
         raise UsageError(f"{archive}dists/{suite}/InRelease lists no {want}; is {arch} an architecture of {suite}?")
     body = _get(f"{archive}dists/{suite}/{want}")
     if hashlib.sha256(body).hexdigest() != digest:
-        raise UsageError(f"{want} does not have the sha256 InRelease lists; the mirror is mid-update: try again")
+        raise Refused(f"{want} does not have the sha256 InRelease lists; the mirror is mid-update: try again")
     return lzma.decompress(body)
 
 

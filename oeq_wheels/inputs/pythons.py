@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
-from ..errors import PythonNotFound
+from ..errors import BuildError, PythonNotFound
 from ..files import sha256_file, temp_prefix
 from ..pins import cp_tag, free_threaded
 
@@ -196,7 +196,7 @@ def headers(interp: Interpreter, cache: Path) -> tuple[Path, str]:
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(Path("/usr/include") / rel, tmp / rel)
         if headers_digest(Path(interp.include), abi_only) != digest:
-            raise PythonNotFound(f"CPython {interp.full_version}'s headers ({interp.include}) changed while copied")
+            raise BuildError(f"CPython {interp.full_version}'s headers ({interp.include}) changed while copied")
         (tmp / ".complete").write_text(digest)
         shutil.rmtree(target, ignore_errors=True)
         os.rename(tmp, target)

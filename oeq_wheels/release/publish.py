@@ -18,7 +18,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from .. import proc
 from .. import pins as pins_mod
-from ..errors import Refused, ReleaseError
+from ..errors import Refused, ReleaseError, UsageError
 from ..files import sha256_file, write_atomic
 from ..gate import verify_any
 from ..tags import tag_arch
@@ -41,17 +41,17 @@ def check_tag(tag: str, pins: pins_mod.Pins) -> str:
     expected = f"v{pins.version}"
     name = tag.removeprefix("refs/tags/")
     if name != expected:
-        raise ReleaseError(f"release tag {tag!r} does not match the pinned version: expected {expected} "
-                           "(oeq_wheels/pins.toml); tag the commit with that, or change the pins first")
+        raise UsageError(f"release tag {tag!r} does not match the pinned version: expected {expected} "
+                         "(oeq_wheels/pins.toml); tag the commit with that, or change the pins first")
     return name
 
 
 def check_repository(repository: str, pins: pins_mod.Pins) -> str:
     """The releasing repository must be the one pins.toml names: the index URLs, README and METADATA derive from it."""
     if repository.lower() != pins.repository.lower():
-        raise ReleaseError(f"this release runs in {repository!r}, but oeq_wheels/pins.toml names {pins.repository!r} "
-                           f"as the project's repository (the index would be announced at {pins.site_url}); set "
-                           "[package] repository to this repository first")
+        raise UsageError(f"this release runs in {repository!r}, but oeq_wheels/pins.toml names {pins.repository!r} "
+                         f"as the project's repository (the index would be announced at {pins.site_url}); set "
+                         "[package] repository to this repository first")
     return repository
 
 
@@ -72,8 +72,8 @@ def upload_target(repository: str | None, repository_url: str | None) -> str:
     try:
         return url or get_repository_from_config("~/.pypirc", name)["repository"]
     except Exception as exc:  # twine's own InvalidConfiguration and friends
-        raise ReleaseError(f"cannot resolve twine repository {name!r}: {exc}; define it in ~/.pypirc "
-                           "or pass --repository-url") from None
+        raise UsageError(f"cannot resolve twine repository {name!r}: {exc}; define it in ~/.pypirc "
+                         "or pass --repository-url") from None
 
 
 def index_for(upload_url: str, index_url: str | None) -> str:
@@ -161,7 +161,10 @@ def _check_set(wheels: list[Path], version: str, pythons: tuple[str, ...], what:
 
 def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]]:
     """(fastmace-oeq-ext wheels in OUTDIR, the served wheels in OUTDIR-extra: binary openequivariance and the
-    fastmace-oeq-ext builds that name it), complete; else ReleaseError."""
+    fastmace-oeq-ext builds that name it), complete; else ReleaseError (a failed check: exit 1). No OUTDIR at all is
+    a usage error (exit 2)."""
+    if not outdir.is_dir():
+        raise UsageError(f"{outdir} is not a directory; build first (make wheels) or name the build's OUTDIR")
     by_name, problems = wheels_in(outdir)
     ours = by_name.pop(canonicalize_name(pins.package_name), [])
     problems += [f"{w.name} does not belong in {outdir} (only {pins.package_name} wheels are uploaded from it)"

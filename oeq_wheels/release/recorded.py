@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
-from ..errors import Refused, UsageError
+from ..errors import OeqWheelsError, Refused, UsageError, report
 from ..files import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,9 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         (record.refuse_incomplete if a.complete else record.refuse_unrecorded)(wheels, "publish")
         print(f"recorded: {len(a.files)} file(s) are the recorded bytes ({record.source})", file=sys.stderr)
         return 0
-    except (Refused, UsageError) as exc:
-        print(f"oeq-wheels: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except OeqWheelsError as exc:  # as cli.main: one line, the class's exit code
+        return report(exc)
 
 
 def check_sums(path: Path, record: Recorded, complete: bool = False) -> None:

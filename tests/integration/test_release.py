@@ -166,5 +166,5 @@ def test_publish_cli_dry_run_needs_the_full_set(cp311_wheel, tmp_path):
     (out / "garbage.whl").write_text("not a wheel")
     from support.cli import run_cli
     r = run_cli("publish", str(out), "--dry-run")
-    assert r.returncode == 2 and "incomplete fastmace-oeq-ext set" in r.stderr
+    assert r.returncode == 1 and "incomplete fastmace-oeq-ext set" in r.stderr  # a failed check, not a usage error
     assert "garbage.whl is not a valid wheel file name" in r.stderr and "Traceback" not in r.stderr

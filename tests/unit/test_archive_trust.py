@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from oeq_wheels import buildimage, debian, pins as P, repin_toolchain as R
-from oeq_wheels.errors import UsageError
+from oeq_wheels.errors import Refused, UsageError
 
 ARCHIVE = "http://archive.invalid/debian/"
 URL = f"{ARCHIVE}dists/bookworm/InRelease"
@@ -101,7 +101,7 @@ def test_an_inrelease_debians_keys_did_not_sign_stops_repinning_in_one_line(sign
             if ring != archive.keyring and case != "another key":
                 continue
             serve(monkeypatch, {URL: data})
-            with pytest.raises(UsageError) as exc:
+            with pytest.raises(Refused) as exc:  # a refused input (exit 1), not a usage error
                 R.packages_index(ARCHIVE, "bookworm", "amd64", keyring=ring)
             line = str(exc.value)
             assert "\n" not in line and line.startswith(f"{URL} is not signed by Debian's archive keys ("), (case, line)
@@ -111,7 +111,7 @@ def test_an_inrelease_debians_keys_did_not_sign_stops_repinning_in_one_line(sign
 def test_a_signed_inrelease_of_another_suite_is_refused(signers, monkeypatch):
     archive = signers("archive")
     serve(monkeypatch, {URL: archive.sign(release("trixie", amd64=b"x"))})
-    with pytest.raises(UsageError, match=r"is signed but is Debian trixie / oldstable, not bookworm: nothing re-pinned"):
+    with pytest.raises(Refused, match=r"is signed but is Debian trixie / oldstable, not bookworm: nothing re-pinned"):
         R.packages_index(ARCHIVE, "bookworm", "amd64", keyring=archive.keyring)
 
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from oeq_wheels import pins as P
-from oeq_wheels.errors import OeqWheelsError
+from oeq_wheels.errors import Refused, ReleaseError, UsageError
 from oeq_wheels.release import publish
 from support.cli import run_cli
 
@@ -27,11 +27,11 @@ def test_the_tag_is_v_and_the_pinned_version_and_the_repository_the_pinned_one()
     assert publish.check_tag(f"v{pins.version}", pins) == f"v{pins.version}"
     assert publish.check_tag(f"refs/tags/v{pins.version}", pins) == f"v{pins.version}"
     for wrong in (pins.version, f"v{pins.version}.1", "", "vv" + pins.version):
-        with pytest.raises(OeqWheelsError, match=f"does not match the pinned version: expected v{pins.version} "):
+        with pytest.raises(UsageError, match=f"does not match the pinned version: expected v{pins.version} "):
             publish.check_tag(wrong, pins)
     assert publish.check_repository(pins.repository.upper(), pins) == pins.repository.upper()  # GitHub: case-blind
-    with pytest.raises(OeqWheelsError, match=f"runs in 'someone/fork', but oeq_wheels/pins.toml names "
-                                             f"'{pins.repository}'"):
+    with pytest.raises(UsageError, match=f"runs in 'someone/fork', but oeq_wheels/pins.toml names "
+                                         f"'{pins.repository}'"):
         publish.check_repository("someone/fork", pins)
 
 
@@ -79,12 +79,12 @@ def test_what_an_index_lists_is_read_with_each_files_sha256(tmp_path):
                                                       "o-0.8-py3-none-any.whl": None}
         assert publish.already_there(index, "o", [ours]) == [ours]
         ours.write_bytes(b"other bytes under our name")
-        with pytest.raises(OeqWheelsError, match=r"already has 1 of our file name\(s\) with other bytes: "
-                                                 r"o-1.0-py3-none-any.whl \(sha256 there " + digest[:16]):
+        with pytest.raises(Refused, match=r"already has 1 of our file name\(s\) with other bytes: "
+                                          r"o-1.0-py3-none-any.whl \(sha256 there " + digest[:16]):
             publish.already_there(index, "o", [ours])
     with index_page(None) as index:
         assert publish.files_on_index(index, "o") == {}  # the index does not know the project
-    with pytest.raises(OeqWheelsError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/o/ to check"):
+    with pytest.raises(ReleaseError, match=r"cannot read http://user:\*\*\*@127.0.0.1:9/simple/o/ to check"):
         publish.files_on_index("http://user:secret@127.0.0.1:9/simple/", "o")  # nothing answers on port 9
 
 
@@ -134,7 +134,7 @@ def test_upload_target_is_resolved_as_twine_does(tmp_path, monkeypatch):
     assert publish.index_for(publish.upload_target("mine", None), None) == "http://h:1/up/simple/"
     monkeypatch.setenv("TWINE_REPOSITORY_URL", "http://env:2/")
     assert publish.upload_target(None, None) == "http://env:2/"
-    with pytest.raises(OeqWheelsError, match="cannot resolve twine repository 'nope'"):
+    with pytest.raises(UsageError, match="cannot resolve twine repository 'nope'"):  # the command line's: exit 2
         monkeypatch.delenv("TWINE_REPOSITORY_URL")
         publish.upload_target("nope", None)
 
