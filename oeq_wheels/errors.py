@@ -35,14 +35,16 @@ class PythonNotFound(UsageError):
     """No usable CPython of a requested version on this host."""
 
 
-class SiteError(UsageError):
-    """The site cannot be laid out from the given wheels or release assets."""
-
-
 # --- 1: a file that must not reach a user ------------------------------------------------------------------------
 
 class Refused(OeqWheelsError):
     """A file that must not reach a user: not the recorded bytes, or a door found other bytes already there."""
+
+    exit_code = 1
+
+
+class SiteError(OeqWheelsError):
+    """The site refuses the wheels or release assets it was given (renamed, missing, two of a name, none)."""
 
     exit_code = 1
 
