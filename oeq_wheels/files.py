@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 from . import settings
-from .settings import KEEP_DIR as KEEP_DIR_VAR  # noqa: F401  (tests/conftest.py's name for it)
 
 
 def default_cache() -> Path:

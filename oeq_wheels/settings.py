@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import OeqWheelsError
+from .errors import UsageError
 
 CACHE = "OEQ_WHEELS_CACHE"
 KEEP_DIR = "OEQ_WHEELS_KEEP_DIR"
@@ -33,7 +33,7 @@ class Settings:
     def fetch(self) -> str:
         """How inputs are fetched: "members" (the default; by range, with link stubs) or "whole"."""
         if self.fetch_value not in FETCH_MODES:
-            raise OeqWheelsError(f"{FETCH}={self.fetch_value!r} is not one of {', '.join(FETCH_MODES)}; unset it or "
+            raise UsageError(f"{FETCH}={self.fetch_value!r} is not one of {', '.join(FETCH_MODES)}; unset it or "
                                  "pick one")
         return self.fetch_value
 

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / "runtime"  # the fastmace_oeq_ext package, kept out of the repository root so that
 sys.path[:0] = [str(REPO), str(RUNTIME)]  # a process started there never imports it instead of a wheel's
 
-from oeq_wheels.files import KEEP_DIR_VAR, default_cache  # noqa: E402
+from oeq_wheels import settings  # noqa: E402
+from oeq_wheels.files import default_cache  # noqa: E402
 
 # Hypothesis keeps caches (source constants, Unicode tables) in ./.hypothesis, database or not: in the pipeline's
 # cache instead, so that a run writes nothing into the checkout. Read when its plugin first collects, after this.
@@ -31,5 +32,5 @@ def _kept_work_in_basetemp(tmp_path_factory):
     kept = tmp_path_factory.getbasetemp() / "kept"
     kept.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:  # the session-wide monkeypatch: restored as it was at the end
-        mp.setenv(KEEP_DIR_VAR, str(kept))
+        mp.setenv(settings.KEEP_DIR, str(kept))
         yield

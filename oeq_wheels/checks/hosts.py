@@ -39,7 +39,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _serving(handler):
+def serving_on_loopback(handler):
+    """Serve with `handler` on a free loopback port in a thread; yields the root URL (no trailing slash)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -65,7 +66,7 @@ def pages(site: Path, repo_name: str):
         def translate_path(self, path):
             return super().translate_path("/" + urlsplit(path).path[len(prefix):])
 
-    with _serving(functools.partial(Handler, directory=str(site))) as root:
+    with serving_on_loopback(functools.partial(Handler, directory=str(site))) as root:
         yield f"{root}/{repo_name}/"
 
 
@@ -95,7 +96,7 @@ class ReleaseHost:
         class Objects(_Quiet):  # the second address downloads are redirected to
             pass
 
-        with _serving(functools.partial(Objects, directory=str(storage))) as objects:
+        with serving_on_loopback(functools.partial(Objects, directory=str(storage))) as objects:
             class Front(_Quiet):
                 def do_GET(self):
                     parts = unquote(urlsplit(self.path).path).strip("/").split("/")
@@ -126,7 +127,7 @@ class ReleaseHost:
                     self.end_headers()
                     self.wfile.write(body)
 
-            with _serving(Front) as front:
+            with serving_on_loopback(Front) as front:
                 self.api, self.downloads = front, objects
                 yield self
 

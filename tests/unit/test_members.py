@@ -13,6 +13,7 @@ import pytest
 from support.fake_registry import Registry
 from oeq_wheels import pins as P
 from oeq_wheels.inputs import fetch, unpack, members
+from oeq_wheels.errors import UsageError
 
 BIG = os.urandom(3 << 20)  # incompressible: a "library" the tree does not need, between the members it does
 
@@ -168,7 +169,7 @@ def test_whole_mode_and_unpinned_records_download_whole_files(monkeypatch):
     monkeypatch.delenv("OEQ_WHEELS_FETCH")
     assert members.by_members(pin) and not members.by_members(P.Pinned("x", "1", NAME, "a" * 64))
     monkeypatch.setenv("OEQ_WHEELS_FETCH", "parts")
-    with pytest.raises(Exception, match="OEQ_WHEELS_FETCH='parts' is not one of members, whole"):
+    with pytest.raises(UsageError, match="OEQ_WHEELS_FETCH='parts' is not one of members, whole"):
         members.by_members(pin)
 
 

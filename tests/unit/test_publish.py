@@ -4,13 +4,13 @@ set a release needs, and SHA256SUMS. Publishing real wheels is tests/integration
 import hashlib
 import http.server
 import os
-import threading
 from contextlib import contextmanager
 
 import pytest
 
 from oeq_wheels import pins as P
 from oeq_wheels.errors import Refused, ReleaseError, UsageError
+from oeq_wheels.checks import hosts
 from oeq_wheels.release import publish
 from support.cli import run_cli
 
@@ -57,13 +57,8 @@ def index_page(body: str | None):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with hosts.serving_on_loopback(Page) as root:
+        yield f"{root}/simple/"
 
 
 def test_what_an_index_lists_is_read_with_each_files_sha256(tmp_path):
