@@ -22,7 +22,7 @@ from pathlib import Path
 from . import buildroot, pins as pins_mod, gate_common
 from .inputs import fetch, freethreaded, pythons
 from . import toolchain as tc
-from .errors import BuildError, Interrupted, OeqWheelsError, UsageError  # noqa: F401 (BuildError: build.BuildError, as before)
+from .errors import BuildError, Interrupted, OeqWheelsError, UsageError
 from .ext import product as ext_product
 from .oeq import product as oeq_product
 from .files import default_cache, sweep_stale

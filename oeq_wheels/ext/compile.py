@@ -16,7 +16,6 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from ..product import torch_version_info  # noqa: F401 (read here before; torch's files, as the two above)
 from ..toolchain import SHIM_DIR, CompileError, longest_first, prefix_map_flags
 
 

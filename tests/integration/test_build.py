@@ -15,7 +15,8 @@ from support import REPO
 from support.cli import run_cli
 from fastmace_oeq_ext.manifest import Manifest
 from oeq_wheels.ext import assemble
-from oeq_wheels import build, pins as P, elf, tags
+from oeq_wheels import build, pins as P, elf, product, tags
+from oeq_wheels.errors import UsageError
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
 
@@ -133,7 +134,7 @@ def test_flags_match_torch_own_recipe(torch_venv, cache):
     std, abi, version = r.stdout.split()
     assert cc.torch_cxx_std(root) == std
     assert cc.torch_cxx11_abi(root) == int(abi)
-    assert cc.torch_version_info(root)["__version__"] == version
+    assert product.torch_version_info(root)["__version__"] == version
 
 
 # ---- bad input ---------------------------------------------------------------
@@ -143,9 +144,9 @@ def test_outdir_created_or_refused(tmp_path):
     assert build.prepare_outdir(out).is_dir()
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(build.UsageError, match="cannot create"):
+    with pytest.raises(UsageError, match="cannot create"):
         build.prepare_outdir(f / "sub")
-    with pytest.raises(build.UsageError, match="not writable"):
+    with pytest.raises(UsageError, match="not writable"):
         build.prepare_outdir(Path("/proc"))  # root ignores file modes; /proc refuses everyone
 
 

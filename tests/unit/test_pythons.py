@@ -42,6 +42,7 @@ def test_headers_that_are_not_the_pinned_ones_stop_a_pinned_build_in_one_line(tm
     the headers' (pyconfig.h differs), goes on with a note; the pinned headers go on silently."""
     import dataclasses
     from oeq_wheels import build, pins as P, toolchain
+    from oeq_wheels.errors import BuildError
     include = tmp_path / "include" / "python3.11"
     include.mkdir(parents=True)
     (include / "Python.h").write_text("/* not the pinned CPython */\n")
@@ -51,7 +52,7 @@ def test_headers_that_are_not_the_pinned_ones_stop_a_pinned_build_in_one_line(tm
     interp = pythons.Interpreter("3.11", full, "/nowhere/bin/python3.11", str(include))
     digest = pythons.headers_digest(include)
     monkeypatch.setattr(toolchain, "host_arch", lambda: "x86_64")
-    with pytest.raises(build.BuildError) as exc:
+    with pytest.raises(BuildError) as exc:
         build.pythons_with_headers(pins, {"3.11": interp}, tmp_path / "cache")
     line = str(exc.value)
     assert "\n" not in line and line.startswith(
