@@ -156,6 +156,15 @@ class OeqLine:
     aoti_library: str = "liboeq_stable_cuda_aoti.so"
     torch_libs: tuple[str, ...] = ("torch_cpu", "c10")  # OEq's CMakeLists links CPU LibTorch only
     stub_library: str = "torch_cuda"   # OEq's stream stub, named like the library it stands in for
+    # How the modules reach CUDA's runtime, NVRTC and cuBLAS: "linked" (NEEDED on the line's libcudart.so.N, ...,
+    # found through RUNPATH in torch's NVIDIA wheels) or "dispatch" (our dispatch library, shipped beside them, binds
+    # them at import to the CUDA libraries of the major torch loaded: oeq/dispatch/; one build serves CUDA 12 and 13)
+    cuda_binding: str = "linked"
+    dispatch_library: str = "liboeq_cuda_dispatch.so"
+
+    @property
+    def dispatch(self) -> bool:
+        return self.cuda_binding == "dispatch"
 
     @property
     def cuda_major(self) -> str:
@@ -196,8 +205,9 @@ class OeqLine:
         return f"{oeq_version}+{self.local_version}"
 
     def runpath(self) -> str:
-        # openequivariance/_torch/extlib/ is three levels below site-packages.
-        return runpath(3, self.cuda_major)
+        # openequivariance/_torch/extlib/ is three levels below site-packages. With the dispatch library: it, beside
+        # the modules, and torch's libraries; no NVIDIA wheel's folder (it finds CUDA's libraries at import).
+        return "$ORIGIN:$ORIGIN/../../../torch/lib" if self.dispatch else runpath(3, self.cuda_major)
 
     def cuda_sonames(self) -> tuple[str, ...]:
         return tuple(l for n in self.nvidia for l in n.libs)
@@ -407,6 +417,9 @@ class ExtVariant:
         return f"{self.pins.base_version}+{'.'.join(labels)}" if labels else self.pins.base_version
 
 
+CUDA_BINDINGS = ("linked", "dispatch")  # [oeq_binary.lines.X] cuda_binding (OeqLine.cuda_binding)
+
+
 def runpath(depth: int, cuda_major: str) -> str:
     """RUNPATH from a library `depth` directories below site-packages to torch's and the NVIDIA wheels' libraries."""
     up = "/".join([".."] * depth)
@@ -550,6 +563,9 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         tm = _matrix(data, ln["torch_matrix"])
         if tm.cuda != ln["cuda"]:
             raise PinsError(f"{where} says CUDA {ln['cuda']}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
+        binding = ln.get("cuda_binding", "linked")
+        if binding not in CUDA_BINDINGS:
+            raise PinsError(f"{where} cuda_binding = {binding!r}: one of {', '.join(CUDA_BINDINGS)}")
         for arch_name in ln.get("arches", [TOP_ARCH]):
             if arch_name not in arches:
                 raise PinsError(f"{where} arches names {arch_name!r}; pins.toml defines [arch.NAME] for: "
@@ -563,7 +579,7 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
                 torch=torch_wheels[ln["torch_wheel"]], torch_local=tm.torch_local, torch_matrix=tm.name,
                 torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
                 nvidia=_nvidia(data, ln["nvidia"], where, arch_name), nanobind=nanobind,
-                tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name]))
+                tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name], cuda_binding=binding))
     return Pins(
         package_name=pkg["name"],
         import_name=pkg["import_name"],

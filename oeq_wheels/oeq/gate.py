@@ -1,9 +1,13 @@
 """The binary openequivariance gate: the common checks (oeq_wheels.gate_common) plus the pinned sdist's tree, the build
-record against the pins of the wheel's CUDA line, torch reached only through its stable C ABI, and every versioned
-CUDA symbol present in the oldest NVIDIA wheels that line allows."""
+record against the pins of the wheel's CUDA line, torch reached only through its stable C ABI, and CUDA: for a line
+that links it, every versioned CUDA symbol present in the oldest NVIDIA wheels that line allows; for a line that binds
+it at import (cuda_binding = "dispatch"), only through the shipped dispatch library: no NEEDED on a versioned CUDA
+library, every CUDA function the modules call bound by it, its own imports libc's and libdl's alone, and every
+function it binds present in the oldest pinned CUDA 12 and CUDA 13 libraries."""
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from fastmace_oeq_ext import cudaflags
@@ -16,6 +20,7 @@ from ..elf import dynamic_symbols, TORCH_CXX
 from ..files import remembered
 from ..gate_common import accounted, audit_and_twine, check_elf, check_wheel_file, default_forbidden_paths, field_differences, file_entry, open_wheel, python_of, Verdict
 from ..tags import split_variant, tag_arch
+from .stable import DISPATCH_VERSION
 
 
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
@@ -72,7 +77,8 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     info = f"openequivariance-{want_version}.dist-info"
     tree = {f"openequivariance/{q.relative_to(sdist_root / 'openequivariance').as_posix()}": q
             for q in (sdist_root / "openequivariance").rglob("*") if q.is_file()}
-    expected = set(tree) | {module, aoti} | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
+    dispatch = f"{extlib}/{ob.dispatch_library}"
+    expected = set(tree) | {module, aoti} | ({dispatch} if ob.dispatch else set()) | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
                                                                      "licenses/LICENSE", OEQ_BUILD_FILE)}
     if variant:  # its one variant, as the pins give the line (the label, the JSON and the build record agree)
         expected.add(f"{info}/{variants.FILE_NAME}")
@@ -96,18 +102,25 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         v.problems += build_record_problems(record, p, ob, tag, files, want_version)
     except ManifestError as exc:
         v.problems.append(f"{OEQ_BUILD_FILE}: {exc}")
-    needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | set(ob.cuda_sonames()) \
-        | {cudaflags.DRIVER_SONAME}
+    cuda_needed = {ob.dispatch_library} if ob.dispatch else set(ob.cuda_sonames())
+    needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | cuda_needed | {cudaflags.DRIVER_SONAME}
+    forbidden = default_forbidden_paths() if forbidden_paths is None else forbidden_paths
     oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
+    bound = set()
+    if ob.dispatch and dispatch in files:
+        facts, problems = check_elf(files[dispatch], required=DISPATCH_NEEDED, allowed=DISPATCH_NEEDED, runpath=None,
+                                    arch=ob.arch, forbidden_paths=forbidden)
+        bound = dispatch_exports(files[dispatch])
+        problems += dispatch_problems(files[dispatch], bound, oldest_cuda_libraries(p, ob, cache))
+        v.problems += [f"{ob.dispatch_library}: {q}" for q in problems]
     for arc in (module, aoti):
         data = files.get(arc)
         if data is None:
             continue
         facts, problems = check_elf(data, required=needed, allowed=needed, runpath=ob.runpath(), arch=ob.arch,
-                                    forbidden_paths=default_forbidden_paths() if forbidden_paths is None
-                                    else forbidden_paths)
+                                    forbidden_paths=forbidden)
         v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in problems]
-        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest)]
+        v.problems += [f"{arc.rsplit('/', 1)[1]}: {q}" for q in abi_problems(data, oldest, bound if ob.dispatch else None)]
     if module in files:
         v.problems += free_threading_problems(files[module], ob.free_threaded(py_version), str(tag))
     if module in files and aoti in files:  # remembered by the build like auditwheel's verdict (verify.remembered)
@@ -246,8 +259,10 @@ def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, t
     return out
 
 
-def abi_problems(data: bytes, oldest: dict[str, Path]) -> list[str]:
-    """torch only through its stable C ABI; every versioned CUDA symbol present in the oldest pinned wheels."""
+def abi_problems(data: bytes, oldest: dict[str, Path], bound: set[str] | None = None) -> list[str]:
+    """torch only through its stable C ABI. Linked (bound None): every versioned CUDA symbol present in the oldest
+    pinned wheels. With the dispatch library (bound: what it binds): CUDA's runtime, NVRTC and cuBLAS only through it,
+    every such function the library calls under its version node, and bound by it."""
     needs = dynamic_symbols(data, defined=False)
     out = []
     # C++ symbols of torch's namespaces (c10::, at::, torch::) would tie the binary to one torch build;
@@ -255,6 +270,21 @@ def abi_problems(data: bytes, oldest: dict[str, Path]) -> list[str]:
     cxx = sorted(n for n, _ in needs if n.startswith("_Z") and TORCH_CXX.search(n))
     if cxx:
         out.append(f"imports C++ symbols, not torch's stable C ABI: {cxx[:5]}")
+    if bound is None:
+        return out + linked_problems(needs, oldest)
+    cuda = {(n, ver) for n, ver in needs if CUDA_FUNCTION.match(n)}
+    elsewhere = sorted(f"{n}@{ver}" if ver else n for n, ver in cuda if ver != DISPATCH_VERSION)
+    if elsewhere:
+        out.append(f"calls CUDA functions not through {DISPATCH_VERSION}: {elsewhere[:5]}")
+    unbound = sorted(n for n, ver in cuda if ver == DISPATCH_VERSION and n not in bound)
+    if unbound:
+        out.append(f"calls {unbound[:5]}, which the dispatch library does not bind (add them to "
+                   "oeq/dispatch/cuda_dispatch.c)")
+    return out
+
+
+def linked_problems(needs: set[tuple[str, str | None]], oldest: dict[str, Path]) -> list[str]:
+    out = []
     for soname, path in oldest.items():
         wanted = {n for n, ver in needs if ver == soname}
         if not wanted:
@@ -266,4 +296,60 @@ def abi_problems(data: bytes, oldest: dict[str, Path]) -> list[str]:
         lacking = sorted(wanted - have)
         if lacking:
             out.append(f"needs {lacking[:5]} from {soname}, absent in the oldest pinned {soname}")
+    return out
+
+
+# The CUDA libraries the dispatch library stands in for, by the prefix of their functions' names (the driver's are
+# cu<Upper>..., through libcuda.so.1, which is not versioned by CUDA release).
+CUDA_FUNCTION = re.compile(r"(cuda|nvrtc|cublas)[A-Z_]")
+CUDA_LIBRARY = {"cuda": "libcudart.so", "nvrtc": "libnvrtc.so", "cublas": "libcublas.so"}
+DISPATCH_NEEDED = {"libc.so.6", "libdl.so.2"}
+# The one function whose name the two majors spell differently (CUDA 12's headers call cudaGetDeviceProperties_v2,
+# with 12's struct; CUDA 13 names it cudaGetDeviceProperties): the dispatch library adapts it (cuda_dispatch.c).
+OTHER_NAME = {"cudaGetDeviceProperties_v2": "cudaGetDeviceProperties", "cudaGetDeviceProperties":
+              "cudaGetDeviceProperties_v2"}
+
+
+def dispatch_exports(data: bytes) -> set[str]:
+    """The CUDA functions the dispatch library defines under its version node."""
+    return {n for n, ver in dynamic_symbols(data, defined=True) if ver == DISPATCH_VERSION and CUDA_FUNCTION.match(n)}
+
+
+def oldest_cuda_libraries(p: pins_mod.Pins, ob: pins_mod.OeqLine, cache: Path | None) -> dict[str, dict[str, Path]]:
+    """By CUDA major, the oldest pinned library of each soname the dispatch library may bind: every line's NVIDIA
+    wheels of that major, for the wheel's architecture where pinned, else x86_64's (the exports are the same)."""
+    from ..files import default_cache
+    from ..inputs import fetch, unpack
+    cache = cache or default_cache()
+    out: dict[str, dict[str, Path]] = {}
+    for name in p.line_names:
+        builds = p.line_builds(name)
+        line = next((l for l in builds if l.arch.name == ob.arch.name), builds[0])
+        got = fetch.ensure(list(line.nvidia), cache)
+        root = unpack.cuda_tree([(n, got[n.file]) for n in line.nvidia], cache)
+        for soname in line.cuda_sonames():
+            out.setdefault(line.cuda_major, {})[soname] = _wheel_lib(root, line.cuda_major, soname)
+    return out
+
+
+def dispatch_problems(data: bytes, bound: set[str], oldest: dict[str, dict[str, Path]]) -> list[str]:
+    """Every function the dispatch library binds is in the oldest pinned library of its kind, for each CUDA major
+    (under the other major's name where the two differ), and it defines nothing else of CUDA's."""
+    out = []
+    if not bound:
+        out.append(f"exports no CUDA function under {DISPATCH_VERSION}")
+    for major, libs in sorted(oldest.items()):
+        for stem in CUDA_LIBRARY.values():
+            soname = f"{stem}.{major}"
+            want = {n for n in bound if CUDA_LIBRARY[CUDA_FUNCTION.match(n).group(1)] == stem}
+            path = libs.get(soname)
+            if not want:
+                continue
+            if path is None or not path.is_file():
+                out.append(f"cannot check CUDA {major}'s {soname}: {path or 'not pinned'}")
+                continue
+            have = {n for n, ver in dynamic_symbols(path.read_bytes(), defined=True) if ver == soname}
+            lacking = sorted(n for n in want if n not in have and OTHER_NAME.get(n) not in have)
+            if lacking:
+                out.append(f"binds {lacking[:5]}, absent in the oldest pinned {soname}")
     return out

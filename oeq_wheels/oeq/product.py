@@ -37,6 +37,7 @@ class LineBuild:
     oeq_root: Path               # the unpacked sdist the wheel carries
     aoti: Path | None = None
     stubs: Path | None = None
+    dispatch: Path | None = None   # liboeq_cuda_dispatch.so (its folder is the modules' link path for it)
 
     @property
     def who(self) -> str:
@@ -48,7 +49,7 @@ class LineBuild:
         return stable.Recipe(self.trees, tags.manylinux_version(ob.arch.platform_tag) < (2, 32),
                              python_include=python_include, torch_label=f"torch-{ob.torch.version}",
                              tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api,
-                             free_threaded=free_threaded)
+                             free_threaded=free_threaded, dispatch=ob.dispatch)
 
     def python_recipe(self, interp: pythons.Interpreter) -> stable.Recipe:
         # CPython's headers are the same on every 64-bit Linux architecture but pyconfig.h's few
@@ -106,6 +107,7 @@ def compiles(run: Run, lb: LineBuild, interp: pythons.Interpreter | None) -> lis
                 Compile(lb.objects, ext / "stubs" / "stream.cpp", recipe.stream_stub(), "stream")]
     recipe = lb.python_recipe(interp)
     return [*(Compile(lb.objects, ext / s, recipe.module(), "module") for s in stable.SOURCES),
+            *([Compile(lb.objects, stable.IMPORT_GUARD, recipe.import_guard(), "module")] if recipe.dispatch else []),
             *(Compile(lb.objects, nb / "src" / s, recipe.nanobind(), "nanobind")
               for s in stable.nanobind_sources(recipe.free_threaded))]
 
@@ -131,7 +133,10 @@ def prepare(run: Run, lb: LineBuild) -> None:
         run.later.callback(shutil.rmtree, tmp, ignore_errors=True)  # holds aoti and stubs until the run ends
         (stream,) = [c for c in jobs if c.kind == "stream"]
         lb.stubs = stable.build_support(ob, stream, lb.toolchain, objs, tmp / "stubs")
-        lb.aoti = stable.link_aoti(ob, trees_, objs, lb.stubs, tmp / ob.aoti_library, lb.toolchain)
+        if ob.dispatch:
+            lb.dispatch = stable.build_dispatch(ob, lb.recipe(), lb.toolchain, tmp / "dispatch" / ob.dispatch_library)
+        lb.aoti = stable.link_aoti(ob, trees_, objs, lb.stubs, lb.dispatch and lb.dispatch.parent,
+                                   tmp / ob.aoti_library, lb.toolchain)
 
 
 def build(run: Run, lb: LineBuild, interp: pythons.Interpreter) -> list[dict]:
@@ -153,8 +158,8 @@ def build(run: Run, lb: LineBuild, interp: pythons.Interpreter) -> list[dict]:
         module_name = ob.module_name + ob.ext_suffix(interp.version)
         with Stage(who, "link", timings):
             module = stable.link_module(ob, lb.trees, objs["module"], objs["nanobind"], lb.stubs,
-                                        tmp / module_name, lb.toolchain)
-        libs = {module_name: module, ob.aoti_library: lb.aoti}
+                                        lb.dispatch and lb.dispatch.parent, tmp / module_name, lb.toolchain)
+        libs = {module_name: module, ob.aoti_library: lb.aoti, **({ob.dispatch_library: lb.dispatch} if lb.dispatch else {})}
         with Stage(who, "audit", timings) as st:
             platform = proven_platform(p, {f"{oeqpy.EXTLIB}/{n}": f for n, f in libs.items()}, tag, tmp, st, who,
                                        run.verdicts, ob.arch.platform_tag)

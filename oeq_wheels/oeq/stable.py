@@ -7,10 +7,15 @@ OEq 0.7.0's sdist builds (scikit-build-core, CMAKE_BUILD_TYPE=Release, GCC):
     cublas and cuda_stub_lib (stubs/stream.cpp, OUTPUT_NAME torch_cuda);
   - liboeq_stable_cuda_aoti.so: the same sources and libraries without nanobind.
 Here LibTorch is the oldest supported torch wheel's own headers and libraries (no
-download), CUDA is the pinned NVIDIA wheels (no toolkit), and nanobind is the pinned
+download), CUDA is the pinned NVIDIA wheels' headers (no toolkit), and nanobind is the pinned
 wheel's sources. Each flag below names the CMake rule it comes from. The stream stub
 and a libcuda stub exist for the link only and are never shipped: at run time torch's
 own libtorch_cuda.so and the driver provide those symbols.
+
+One departure from the CMakeLists, the reason these wheels serve every CUDA torch: instead of cudart, nvrtc and
+cublas, both libraries link our dispatch library (dispatch/cuda_dispatch.c, shipped beside them), which binds those
+functions at import to the CUDA libraries of the major the process's torch loaded; the module's init runs
+dispatch/import_guard.cpp first, so that an import with no such CUDA fails in one line.
 """
 from __future__ import annotations
 
@@ -29,6 +34,11 @@ from ..pins import OeqLine
 RELEASE = ["-O3", "-DNDEBUG"]        # CMAKE_CXX_FLAGS_RELEASE
 CXX17 = "-std=gnu++17"               # CXX_STANDARD 17 (CMake's CXX_EXTENSIONS defaults to ON)
 SOURCES = ("libtorch_tp_jit_stable.cpp", "json11/json11.cpp")
+DISPATCH_DIR = Path(__file__).parent / "dispatch"
+DISPATCH_SOURCE = DISPATCH_DIR / "cuda_dispatch.c"
+DISPATCH_MAP = DISPATCH_DIR / "cuda_dispatch.map"
+IMPORT_GUARD = DISPATCH_DIR / "import_guard.cpp"
+DISPATCH_VERSION = "OEQ_CUDA_DISPATCH_1"   # the version node of every function it exports (cuda_dispatch.map)
 # nanobind_build_library's sources (nb_ft.cpp only for free-threaded Pythons).
 NANOBIND_SOURCES = ("nb_internals.cpp", "nb_func.cpp", "nb_type.cpp", "nb_enum.cpp", "nb_ndarray.cpp",
                     "nb_static_property.cpp", "nb_datetime.cpp", "common.cpp", "error.cpp", "trampoline.cpp",
@@ -44,6 +54,7 @@ NB_SECTIONS = ["-ffunction-sections", "-fdata-sections"]
 # STABLE_ABI: the library becomes nanobind-static-abi3 (the same sources and flags) with this PUBLIC definition, so
 # the module's own sources see it too (nanobind-config.cmake; linked builds always target 3.12, nb_internals.h).
 LIMITED_API = "-DPy_LIMITED_API=0x030C0000"
+INNER_INIT = "oeq_wheels_inner_PyInit_"   # OEq's own init function is compiled under this prefix
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ class Recipe:
     # it; without it the import turns the GIL back on. The two classes OEq binds call only the CUDA runtime, which
     # is thread-safe, and nanobind guards its own state in this mode.
     free_threaded: bool = False
+    module_name: str = "oeq_stable_cuda"
+    dispatch: bool = False   # the line's cuda_binding is "dispatch": the module's init is import_guard.cpp's
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
         m = {str(self.trees.nanobind): "nanobind", str(SHIM_DIR): "oeq-wheels-shim"}
@@ -116,8 +129,23 @@ class Recipe:
         """oeq_stable_cuda: nanobind_add_module(... NB_STATIC ...) adds hidden visibility, -Os
         (nanobind_opt_size), no stack protector and nanobind-static's PUBLIC includes and sections."""
         return [*self._common(), "-DCUDA_BACKEND=1", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DINCLUDE_NB_EXTENSION",
-                *self._abi(), *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
+                *self._abi(), *(self.renamed_init() if self.dispatch else []), *self._extension_includes(), f"-I{self.python_include}", f"-I{self.trees.nanobind / 'include'}",
                 "-fvisibility=hidden", "-fno-stack-protector", "-Os", *NB_SECTIONS, *self.prefix_map()]
+
+    def renamed_init(self) -> list[str]:
+        """OEq's init function under another name, which import_guard.cpp's init (under the real one) calls."""
+        return [f"-DPyInit_{self.module_name}={INNER_INIT}{self.module_name}"]
+
+    def import_guard(self) -> list[str]:
+        """dispatch/import_guard.cpp: the module's init, with this Python's headers and ABI (limited API too)."""
+        return [*self._common(), *self._abi(), f"-I{self.python_include}", "-fvisibility=hidden",
+                f"-DOEQ_GUARD_MODULE_INIT=PyInit_{self.module_name}",
+                f"-DOEQ_GUARD_INNER_INIT={INNER_INIT}{self.module_name}", *self.prefix_map()]
+
+    def dispatch_flags(self) -> list[str]:
+        """dispatch/cuda_dispatch.c, C, against the pinned CUDA headers: only the map's functions exported."""
+        return ["-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",
+                *(a for d in self.trees.cuda.include_dirs for a in ("-isystem", d)), *self.prefix_map()]
 
     def nanobind(self) -> list[str]:
         """nanobind-static (nanobind_build_library): NB_BUILD, compact assertions in Release,
@@ -147,14 +175,29 @@ def _run(cmd: list[str], what: str) -> None:
         raise StableBuildError(f"{what} failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-2000:]}")
 
 
-def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path) -> list[str]:
+def link_libraries(ob: OeqLine, trees: StableTrees, stub_dir: Path, dispatch_dir: Path | None) -> list[str]:
     """target_link_libraries(torch_cpu, c10, CUDA::cudart, CUDA::cuda_driver, CUDA::nvrtc, CUDA::cublas,
-    cuda_stub_lib): by soname, NEEDED kept for each (as GCC links without --as-needed)."""
+    cuda_stub_lib): by soname, NEEDED kept for each (as GCC links without --as-needed); with the dispatch library
+    (dispatch_dir) in place of CUDA::cudart, CUDA::nvrtc and CUDA::cublas."""
     torch_lib = trees.torch_root / "torch" / "lib"
-    return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs],
-            *(f"-L{d}" for d in trees.cuda.library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()],
+    cuda = ([f"-L{dispatch_dir}", f"-l:{ob.dispatch_library}"] if ob.dispatch else
+            [*(f"-L{d}" for d in trees.cuda.library_dirs), *[f"-l:{s}" for s in ob.cuda_sonames()]])
+    return ["-Wl,--no-as-needed", f"-L{torch_lib}", *[f"-l{l}" for l in ob.torch_libs], *cuda,
             f"-L{stub_dir}", f"-l:{wheel_cuda.DRIVER_SONAME}", f"-l{ob.stub_library}",
             "-Wl,--enable-new-dtags", f"-Wl,-rpath,{ob.runpath()}"]
+
+
+def build_dispatch(ob: OeqLine, recipe: Recipe, toolchain: Toolchain, out: Path) -> Path:
+    """liboeq_cuda_dispatch.so (dispatch/cuda_dispatch.c): compiled with the C compiler against the line's CUDA
+    headers, linked with only the map's version node exported, needing libc and libdl alone; stripped."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    obj = out.with_name(out.name + ".o")
+    _run([*shlex.split(toolchain.cc), "-c", str(DISPATCH_SOURCE), "-o", str(obj), *recipe.dispatch_flags()],
+         "compiling the CUDA dispatch library")
+    # libdl by its soname: glibc before 2.34 defines dlopen there (cuda_dispatch.c binds it to the base version)
+    return link_stripped(toolchain, ["-shared", "-O2", str(obj), f"-Wl,--version-script={DISPATCH_MAP}",
+                                     f"-Wl,-soname,{out.name}", "-Wl,--no-as-needed", "-l:libdl.so.2",
+                                     "-nodefaultlibs", "-lc", "-lgcc"], out, f"linking {out.name}")
 
 
 def build_support(ob: OeqLine, stream, toolchain: Toolchain, driver_objects: list[Path], out: Path) -> Path:
@@ -170,19 +213,19 @@ def build_support(ob: OeqLine, stream, toolchain: Toolchain, driver_objects: lis
 
 
 def link_module(ob: OeqLine, trees: StableTrees, objs: list[Path], nanobind_objs: list[Path], stub_dir: Path,
-                out: Path, toolchain: Toolchain) -> Path:
+                dispatch_dir: Path | None, out: Path, toolchain: Toolchain) -> Path:
     """MODULE library: -shared, nanobind_strip (-Wl,-s), nanobind-static's --gc-sections."""
     archive = out.with_name("libnanobind-static.a")
     archive.unlink(missing_ok=True)
     _run([*shlex.split(toolchain.ar), "rcsD", str(archive), *map(str, nanobind_objs)], "archiving nanobind-static")
     _run([*shlex.split(toolchain.cxx), *RELEASE, "-shared", "-Wl,-s", "-Wl,--gc-sections", *map(str, objs),
-          str(archive), "-o", str(out), *link_libraries(ob, trees, stub_dir)], "linking oeq_stable_cuda")
+          str(archive), "-o", str(out), *link_libraries(ob, trees, stub_dir, dispatch_dir)], "linking oeq_stable_cuda")
     archive.unlink()
     return out
 
 
-def link_aoti(ob: OeqLine, trees: StableTrees, objs: list[Path], stub_dir: Path, out: Path,
+def link_aoti(ob: OeqLine, trees: StableTrees, objs: list[Path], stub_dir: Path, dispatch_dir: Path | None, out: Path,
               toolchain: Toolchain) -> Path:
     """SHARED library with its soname; stripped as scikit-build-core's install (strip = true) does."""
     return link_stripped(toolchain, [*RELEASE, "-shared", f"-Wl,-soname,{out.name}", *map(str, objs),
-                                     *link_libraries(ob, trees, stub_dir)], out, f"linking {out.name}")
+                                     *link_libraries(ob, trees, stub_dir, dispatch_dir)], out, f"linking {out.name}")

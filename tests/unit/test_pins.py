@@ -193,3 +193,20 @@ def test_a_free_threaded_cpython_has_its_own_tags_suffix_and_pinned_source(tmp_p
     (tmp_path / "pins.toml").write_text(text)
     with pytest.raises(P.PinsError, match=r"free-threaded CPython 3\.14t.*\[freethreaded"):
         P.load(path=tmp_path / "pins.toml")
+
+
+def test_a_lines_cuda_binding_is_linked_unless_it_says_dispatch(tmp_path):
+    """Today's lines link their CUDA major's libraries; "dispatch" ships our dispatch library instead (its RUNPATH
+    names no NVIDIA wheel's folder); any other value is one line naming the table and the choices."""
+    pins = P.load()
+    assert {l.cuda_binding for l in pins.oeq_lines} == {"linked"} and not any(l.dispatch for l in pins.oeq_lines)
+    text = P.PINS_FILE.read_text()
+    old = 'local_version = "oeqwheels.cu12.8.1"'
+    (tmp_path / "pins.toml").write_text(text.replace(old, old + '\ncuda_binding = "dispatch"'))
+    cu12 = P.load(path=tmp_path / "pins.toml").oeq_line("cu128")
+    assert cu12.dispatch and cu12.runpath() == "$ORIGIN:$ORIGIN/../../../torch/lib"
+    assert pins.oeq_line("cu128").runpath() != cu12.runpath()
+    (tmp_path / "pins.toml").write_text(text.replace(old, old + '\ncuda_binding = "static"'))
+    with pytest.raises(P.PinsError, match=r"\[oeq_binary.lines.cu128\] cuda_binding = 'static': one of linked, "
+                                          "dispatch"):
+        P.load(path=tmp_path / "pins.toml")
