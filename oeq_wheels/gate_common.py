@@ -14,7 +14,10 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import re
+import stat
+import struct
 import sys
 import tempfile
 import zipfile
@@ -150,19 +153,107 @@ def _record_entries(text: str) -> dict[str, tuple[str, int]] | str:
     return out
 
 
+# The zip records the layout check reads (APPNOTE 4.3.7, 4.3.12, 4.3.16): signature and fixed size of each.
+LOCAL, CENTRAL, END = 0x04034B50, 0x02014B50, 0x06054B50
+DESCRIPTOR = 0x08074B50
+
+
+def layout_problem(path: Path) -> str | None:
+    """Why this file is not one unambiguous zip archive of ours, or None: a regular file (no link, FIFO or device);
+    no larger than any wheel of ours unpacks to; ending in the end record (no comment, no bytes after it), no ZIP64,
+    one disk; its central directory right before the end record; the entries' local headers one after another from
+    the first byte, each naming what its central entry names (method, and CRC and size where the header holds them),
+    the last one's data ending where the central directory begins. Such an archive reads the same to every reader:
+    pip, uv and Python's zipfile (which silently shifts an archive with bytes before it) take the same members.
+
+    Hand-rolled: zipfile tolerates exactly these (a prefix, a comment), and no library of the standard set refuses
+    them; the records' layout is APPNOTE's, read with struct."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a symbolic link, FIFO or device): refused before it is opened"
+    size = st.st_size
+    if size > MAX_TOTAL:
+        return f"{size} bytes, more than any wheel of ours (over {MAX_TOTAL >> 20} MiB)"
+    if size < 22:
+        return f"{size} bytes: too short to be a zip archive"
+    with open(path, "rb") as f:
+        f.seek(size - 22)
+        sig, disk, cd_disk, n_disk, n, cd_size, cd_off, comment = struct.unpack("<IHHHHIIH", f.read(22))
+        if sig != END:
+            return "does not end with the zip end record (bytes after it, or an archive comment)"
+        if comment:
+            return "has an archive comment"
+        if disk or cd_disk or n_disk != n:
+            return "spans several disks"
+        if 0xFFFF in (n,) or 0xFFFFFFFF in (cd_size, cd_off):
+            return "is a ZIP64 archive (no wheel of ours needs one)"
+        if cd_off + cd_size != size - 22:
+            return (f"its central directory (at {cd_off}, {cd_size} bytes) does not end where its end record begins "
+                    f"({size - 22}): bytes before the first entry or after the central directory")
+        f.seek(cd_off)
+        cd = f.read(cd_size)
+        entries, at = [], 0
+        for _ in range(n):
+            if at + 46 > len(cd) or struct.unpack_from("<I", cd, at)[0] != CENTRAL:
+                return "a central directory entry is damaged"
+            (flags, method, crc, csize, nlen, elen, clen, offset) = (struct.unpack_from("<H", cd, at + 8)[0],
+                struct.unpack_from("<H", cd, at + 10)[0], *struct.unpack_from("<II", cd, at + 16),
+                *struct.unpack_from("<HHH", cd, at + 28), struct.unpack_from("<I", cd, at + 42)[0])
+            entries.append((offset, cd[at + 46:at + 46 + nlen], flags, method, crc, csize))
+            at += 46 + nlen + elen + clen
+        if at != len(cd):
+            return "its central directory holds more than its entries"
+        pos = 0
+        for offset, name, flags, method, crc, csize in sorted(entries):
+            label = name.decode("utf-8", errors="replace")
+            if offset != pos:
+                return f"{offset - pos} bytes {'before' if pos == 0 else 'between entries before'} {label!r}" \
+                    if offset > pos else f"entries overlap at {label!r}"
+            f.seek(pos)
+            head = f.read(30)
+            if len(head) < 30 or struct.unpack_from("<I", head)[0] != LOCAL:
+                return f"no local header where the central directory puts {label!r}"
+            lflags, lmethod, _t, _d, lcrc, lcsize, lusize, lnlen, lelen = struct.unpack_from("<HHHHIIIHH", head, 6)
+            if f.read(lnlen) != name:
+                return f"the local header of {label!r} names another file"
+            if 0xFFFFFFFF in (lcsize, lusize, csize):
+                return f"{label!r} has ZIP64 sizes (no wheel of ours needs them)"
+            if lmethod != method or (not flags & 8 and (lcrc, lcsize) != (crc, csize)):
+                return f"the local header of {label!r} disagrees with its central directory entry"
+            pos += 30 + lnlen + lelen + csize
+            if flags & 8:  # a data descriptor follows the data: its own signature, optional, then CRC and sizes
+                f.seek(pos)
+                pos += 16 if struct.unpack("<I", f.read(4).ljust(4, b"\0"))[0] == DESCRIPTOR else 12
+        if pos != cd_off:
+            return f"{cd_off - pos} bytes between the last entry and the central directory" if pos < cd_off \
+                else "the last entry runs into the central directory"
+    return None
+
+
 def _check_archive(wheel: Path) -> tuple[list[zipfile.ZipInfo], str | None]:
     """(members, None) when the archive is one a resolver reads the same way ours does, every member as
     RECORD says (its size in the central directory before anything is read, then its sha256 read in bounded chunks);
     else (members, the first problem).
 
     Hand-rolled rather than `wheel`'s WheelFile: that reads each member whole into memory and takes a duplicated
-    name, where installers disagree on which copy wins."""
+    name, where installers disagree on which copy wins. The layout first (layout_problem): nothing is opened as a
+    zip that readers could read differently."""
+    layout = layout_problem(wheel)
+    if layout:
+        return [], layout
     with zipfile.ZipFile(wheel) as zf:
         infos = zf.infolist()
         names = [i.filename for i in infos]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             return infos, f"duplicate entries in the archive (installers disagree on which wins): {dupes[:5]}"
+        unsafe = [n for n in names if n.startswith("/") or "\\" in n or "\0" in n
+                  or any(part in ("", ".", "..") for part in n.rstrip("/").split("/"))]
+        if unsafe:
+            return infos, f"member names that are no plain relative path (absolute, '.', '..', empty): {unsafe[:5]}"
         records = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
         if len(records) != 1:
             return infos, f"{len(records)} .dist-info/RECORD files (exactly one is expected)"

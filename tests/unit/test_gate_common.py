@@ -110,7 +110,9 @@ def test_a_huge_member_with_a_consistent_record_is_refused_in_bounded_memory(tmp
     r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                        env={"PYTHONPATH": ":".join(sys.path)})
     none, problem, peak_kb = r.stdout.splitlines()
-    assert none == "None" and "members larger than any of ours" in problem and "demo/data.bin" in problem, r.stderr
+    # refused by its size in the central directory, or before that by its ZIP64 header (the layout check)
+    assert none == "None" and ("members larger than any of ours" in problem or "ZIP64" in problem) \
+        and "demo/data.bin" in problem, r.stderr
     assert int(peak_kb) < 64 << 10  # KiB: a Python with the gate's imports, nowhere near the 256 MiB member
 
 
@@ -118,7 +120,7 @@ def test_a_damaged_archive_is_one_problem(tmp_path):
     path = tmp_path / NAME
     path.write_bytes(b"PK\x03\x04 not a zip at all")
     got, v = opened(path)
-    assert got is None and v.problems[0].startswith("RECORD check failed: not a readable zip archive")
+    assert got is None and v.problems[0] == "RECORD check failed: 21 bytes: too short to be a zip archive"
 
 
 def test_a_wheel_tags_cpython_is_read_free_threaded_and_stable_abi_included():
