@@ -11,7 +11,9 @@ mutable release asset or its SHA256SUMS says.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +50,9 @@ class Recorded:
         return None
 
     def problems(self, files: list[Path]) -> list[str]:
-        """Why each of these files is not ours to publish, a line per file that is not."""
-        return [p for f in files if (p := self.problem(f.name, sha256_file(f)))]
+        """Why each of these files is not ours to publish, a line per file that is not (one that is no regular file,
+        or larger than any of ours, is never read)."""
+        return [p for f in files if (p := not_a_file(f) or self.problem(f.name, sha256_file(f)))]
 
     def refuse_unrecorded(self, files: list[Path], what: str) -> None:
         """Refused (one line naming each file) unless every file is recorded with its bytes."""
@@ -64,6 +67,23 @@ class Recorded:
         if missing:
             raise Refused(f"refusing to {what}: the recorded set ({self.source}) also names {', '.join(missing)}, "
                           "which is not among the files given; download every artifact of the release")
+
+
+# No file of ours comes near this (a wheel is under 1 MB, SHA256SUMS a few KB): a larger one is refused unread.
+MAX_FILE = 64 << 20
+
+
+def not_a_file(path: Path, limit: int = MAX_FILE) -> str | None:
+    """Why path is no file a door reads (a link, FIFO or device, or larger than limit), or None; never opens it."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path.name}: cannot read it ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is not a regular file (a symbolic link, FIFO or device)"
+    if st.st_size > limit:
+        return f"{path.name} is {st.st_size} bytes, larger than any file of ours ({limit} at most)"
+    return None
 
 
 def parse(data: bytes, source: str) -> Recorded:
@@ -160,9 +180,15 @@ def main(argv: list[str] | None = None) -> int:
 def check_sums(path: Path, record: Recorded, complete: bool = False) -> None:
     """A SHA256SUMS (ours, about to be attached; or a release's) names recorded files only, with their bytes."""
     named = {}
+    # a line per recorded file, each under 200 bytes: a larger file is no SHA256SUMS of ours, refused unread
+    problem = not_a_file(path, limit=200 * len(record.wheels))
+    if problem:
+        raise Refused(f"{path.parent.name}/{path.name}: {problem}")
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         m = re.fullmatch(r"([0-9a-f]{64}) [ *](\S+)", line.strip())
         problem = record.problem(m.group(2), m.group(1)) if m else "not a sha256sum line"
+        if not problem and m.group(2) in named:
+            problem = f"{m.group(2)} is named twice"
         if problem:
             raise Refused(f"{path.parent.name}/{path.name} line {n} disagrees with {record.source}: {problem}")
         named[m.group(2)] = m.group(1)

@@ -76,3 +76,22 @@ def test_a_release_is_held_to_the_set_of_its_own_tag(tmp_path):
         recorded.at_tag("v2", repo)
     with pytest.raises(errors.UsageError, match="is not a release tag"):
         recorded.at_tag("main; rm -rf /", repo)
+
+
+def test_an_input_that_is_no_regular_file_or_too_large_is_refused_unread(tmp_path):
+    """A recorded name that is a link to /dev/zero once made a door read forever; a 200 MiB SHA256SUMS of valid lines
+    was read whole. Each is refused in one line before a byte is read."""
+    import os
+    r = recorded.load()
+    name, digest = next(iter(r.wheels.items()))
+    os.symlink("/dev/zero", tmp_path / name)
+    with pytest.raises(errors.Refused, match=rf"{re.escape(name)} is not a regular file"):
+        r.refuse_unrecorded([tmp_path / name], "upload")
+    sums = tmp_path / "SHA256SUMS"
+    with open(sums, "wb") as f:
+        f.truncate(200 << 20)  # sparse: the test writes nothing
+    with pytest.raises(errors.Refused, match=r"SHA256SUMS is 209715200 bytes, larger than any file of ours"):
+        recorded.check_sums(sums, r)
+    sums.write_text(f"{digest}  {name}\n" * 2)
+    with pytest.raises(errors.Refused, match=rf"line 2 disagrees .*: {re.escape(name)} is named twice"):
+        recorded.check_sums(sums, r)
