@@ -97,7 +97,7 @@ def files_on_index(index_url: str, project: str) -> dict[str, str | None]:
         raise ReleaseError(f"cannot read {redact(url)} to check for files already there "
                            f"({getattr(exc, 'reason', exc)}); check the network or pass --index-url") from None
     out = {}
-    for h in re.findall(r'href="([^"]+)"', page):
+    for _q, h in re.findall(r"""href\s*=\s*(["'])(.+?)\1""", page):  # either quote (PEP 503 allows both)
         url, _, fragment = h.partition("#")
         m = re.search(r"(?:^|&)sha256=([0-9a-f]{64})", fragment)
         out[unquote(url.rsplit("/", 1)[-1])] = m.group(1) if m else None

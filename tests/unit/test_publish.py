@@ -67,11 +67,13 @@ def test_what_an_index_lists_is_read_with_each_files_sha256(tmp_path):
     digest = hashlib.sha256(b"ours").hexdigest()
     page = (f'<a href="../../files/o-1.0-py3-none-any.whl#sha256={digest}">o</a>\n'
             '<a href="https://x/o-0.9%2Blocal-py3-none-any.whl#md5=00&amp;sha256=">old</a>\n'
-            '<a href="o-0.8-py3-none-any.whl">no hash</a>')
+            '<a href="o-0.8-py3-none-any.whl">no hash</a>\n'
+            f"<a href='o-0.7-py3-none-any.whl#sha256={digest}'>single quotes, as PEP 503 allows</a>")
     with index_page(page) as index:
         assert publish.files_on_index(index, "O") == {"o-1.0-py3-none-any.whl": digest,
                                                       "o-0.9+local-py3-none-any.whl": None,
-                                                      "o-0.8-py3-none-any.whl": None}
+                                                      "o-0.8-py3-none-any.whl": None,
+                                                      "o-0.7-py3-none-any.whl": digest}
         assert publish.already_there(index, "o", [ours]) == [ours]
         ours.write_bytes(b"other bytes under our name")
         with pytest.raises(Refused, match=r"already has 1 of our file name\(s\) with other bytes: "
