@@ -78,9 +78,15 @@ def run(first: Path, second: Path, arches: list[str] | None = None, same_bytes_r
     a, b = pick(first), pick(second)
     if not b:
         raise CompareError(f"{second} holds no openequivariance wheel{' for ' + ','.join(arches) if arches else ''}")
+    arches = arches or sorted({tags.wheel_arch(n) for n in b})  # the second build's architectures, both ways
+    a = {n: w for n, w in a.items() if tags.wheel_arch(n) in arches}
     missing = sorted(set(b) - set(a))
     if missing:
         raise CompareError(f"{first} lacks {', '.join(missing)}; build it there first")
+    short = sorted(set(a) - set(b))
+    if short:
+        raise CompareError(f"{second} lacks {', '.join(short)} of {first}'s {','.join(arches)} wheels: the two builds "
+                           "must hold the same set")
     bad = 0
     for name in sorted(b):
         diff = compare(a[name], b[name], pins)

@@ -300,6 +300,11 @@ def test_two_builds_are_compared_by_what_the_gate_checks(cp311_oeq_aarch64_wheel
     assert r.returncode == 0 and r.stdout == f"SAME {cp311_oeq_aarch64_wheel.name}\n", r.stdout + r.stderr
     r = run_cli("compare-builds", str(first), str(third), "--bytes")
     assert r.returncode == 1 and f"does not reproduce the release's bytes: {cp311_oeq_aarch64_wheel.name}" in r.stderr
+    # The same set both ways: a second build short of one of the first's wheels stops it, naming the wheel.
+    shutil.copy(cp311_oeq_aarch64_wheel, first / cp311_oeq_aarch64_wheel.name.replace("-cp311-cp311-", "-cp310-cp310-"))
+    r = run_cli("compare-builds", str(first), str(third))
+    assert r.returncode == 1 and "lacks " + cp311_oeq_aarch64_wheel.name.replace("-cp311-cp311-", "-cp310-cp310-") \
+        in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_the_emulated_machine_describes_an_aarch64_cpu_not_the_hosts(emulation, tmp_path):
