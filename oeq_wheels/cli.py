@@ -126,7 +126,11 @@ def parser() -> argparse.ArgumentParser:
                                         "(default: PyPI's/TestPyPI's, else <repository URL>/simple/)")
     pb.add_argument("--dry-run", action="store_true", help="every check, no upload")
     pb.add_argument("--require-recorded", action="store_true",
-                    help="refuse any wheel whose sha256 is not in records/release.json (the release job's gate)")
+                    help="refuse any wheel whose sha256 is not in records/release.json: the default (kept for the "
+                         "release job's lines)")
+    pb.add_argument("--unrecorded", action="store_true",
+                    help="LOUD: publish wheels whose bytes records/release.json does not name (no GPU proof ran them); "
+                         "never for a release")
     pb.add_argument("--check-index", action="store_true",
                     help="with --dry-run too: refuse a file the index already has with other bytes (the release's "
                          "preflight, before anything is published)")
@@ -160,6 +164,9 @@ def parser() -> argparse.ArgumentParser:
     ix.add_argument("--recorded", type=Path, metavar="FILE",
                     help="hold every --release to this recorded set (default: each release's own, "
                          "records/release.json at the tag its folder is named after)")
+    ix.add_argument("--unrecorded", action="store_true",
+                    help="LOUD: serve OUTDIR's wheels though records/release.json does not name their bytes (default: "
+                         "refused, as every door refuses them)")
 
     rh = sub.add_parser("rehearse", parents=[common], help="rehearse the release's hosting and README's installs locally",
                         description="Attach the build to a local stand-in of the GitHub release (assets renamed as "
@@ -360,8 +367,19 @@ def _install_matrix(args) -> int:
 def _publish(args) -> int:
     from .pins import load
     from .release.publish import publish
+    if args.unrecorded and args.require_recorded:
+        raise UsageError("--unrecorded and --require-recorded contradict each other; pass one")
+    if args.unrecorded:
+        say_unrecorded("publishing")
     return publish(args.outdir, args.repository, args.dry_run, load(args.matrix), args.repository_url,
-                   args.index_url, args.require_recorded, args.check_index)
+                   args.index_url, not args.unrecorded, args.check_index)
+
+
+def say_unrecorded(what: str) -> None:
+    """The loud line of --unrecorded: the one door that lets bytes out that no recorded set names."""
+    import sys
+    print(f"oeq-wheels: WARNING: --unrecorded: {what} wheels that records/release.json may not name: no GPU proof "
+          "ran them, and no release may carry them", file=sys.stderr)
 
 
 def _rehearse_ci(args) -> int:
@@ -384,7 +402,12 @@ def _site(args) -> int:
     wheels = [w for d in args.release for w in site.from_release(
         d, pins, recorded.load(args.recorded) if args.recorded else recorded.at_tag(d.name))]
     if args.outdir is not None:
-        wheels += site.from_outdir(output.extra_dir(args.outdir), pins)
+        built = site.from_outdir(output.extra_dir(args.outdir), pins)
+        if args.unrecorded:
+            say_unrecorded("serving")
+        else:  # the owner's manual door holds the recorded set too
+            recorded.load().refuse_unrecorded([w.path for w in built], "serve")
+        wheels += built
     out = args.out or output.extra_dir(args.outdir) / "site"
     print(site.write_site(out, wheels, pins))
     return 0

@@ -127,3 +127,33 @@ def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):
     line = P.load().oeq_binary
     assert any(n.startswith(f"openequivariance-{line.version(P.load().oeq.version)}-cp312-abi3-") for n in compared), \
         compared
+
+
+def test_the_owners_manual_doors_hold_the_recorded_set_unless_told_loudly(release_set, tmp_path):
+    """`make publish` and `make site` refuse a wheel that passes the gate but whose bytes records/release.json does not
+    name (here: one OEq wheel repacked with other zip dates, every file the same), in one line naming it; only
+    --unrecorded lets it through, saying so on stderr."""
+    import shutil
+    import zipfile
+    from support.cli import run_cli
+    out = tmp_path / "dist"
+    shutil.copytree(release_set, out)
+    shutil.copytree(extra_dir(release_set), extra_dir(out))
+    (victim,) = [w for w in extra_dir(out).glob("openequivariance-*-cp311-cp311-*x86_64.whl")
+                 if P.load().line_of(w.name.split("-")[1]) == P.load().oeq_binary]
+    data = victim.read_bytes()
+    with zipfile.ZipFile(victim, "w", zipfile.ZIP_DEFLATED) as zout, \
+            zipfile.ZipFile(__import__("io").BytesIO(data)) as zin:
+        for info in zin.infolist():
+            info.date_time = (2001, 2, 3, 4, 5, 6)
+            zout.writestr(info, zin.read(info.filename))
+    r = run_cli("publish", str(out), "--dry-run")
+    assert r.returncode == 1 and "whose bytes are not the recorded ones" in r.stderr and victim.name in r.stderr \
+        and "Traceback" not in r.stderr, r.stdout[-2000:] + r.stderr
+    r = run_cli("site", str(out), "--out", str(tmp_path / "site"))
+    assert r.returncode == 1 and f"refusing to serve: {victim.name} has sha256" in r.stderr, r.stderr
+    assert not (tmp_path / "site").exists()  # nothing half-written
+    r = run_cli("site", str(out), "--out", str(tmp_path / "site"), "--unrecorded")
+    assert r.returncode == 0 and "WARNING: --unrecorded: serving" in r.stderr, r.stderr
+    r = run_cli("publish", str(out), "--dry-run", "--unrecorded")
+    assert r.returncode == 0 and "WARNING: --unrecorded: publishing" in r.stderr, r.stdout[-2000:] + r.stderr
