@@ -314,3 +314,27 @@ def test_the_last_mile_slice_keeps_every_publishing_job_and_feeds_the_comparison
     assert uploads == ["wheels", "oeq-wheels", "release-files"]
     assert [s.event for s in last_mile.SCENARIOS.values()].count("workflow_dispatch") == 1
     assert [s.name for s in last_mile.SCENARIOS.values() if not s.refusal] == ["clean"]
+
+
+def test_the_gh_stand_in_refuses_an_attestation_of_another_workflow_or_ref(tmp_path):
+    """The rehearsal's `gh attestation verify` models the pinned signer: the subject's digest attested by this
+    repository's release.yml at the release's tag passes; by another workflow, or on another ref, it does not."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from support import REPO
+    wheel = tmp_path / "x-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"ours")
+    digest = hashlib.sha256(b"ours").hexdigest()
+    repo = "owner/oeq-wheels"
+    (tmp_path / "attested.txt").write_text(f"{digest} {repo}/.github/workflows/release.yml refs/tags/v1 {wheel}\n")
+    env = {**os.environ, "OEQ_REHEARSAL_GITHUB": str(tmp_path), "GITHUB_REPOSITORY": repo, "OEQ_REHEARSAL_REPO": str(REPO)}
+
+    def verify(workflow: str, ref: str) -> int:
+        return subprocess.run([sys.executable, str(REPO / "tools/ci/act/gh_standin.py"), "attestation", "verify",
+                               str(wheel), "--repo", repo, "--signer-workflow", workflow, "--source-ref", ref],
+                              env=env, capture_output=True, text=True).returncode
+    assert verify(f"{repo}/.github/workflows/release.yml", "refs/tags/v1") == 0
+    assert verify(f"{repo}/.github/workflows/other.yml", "refs/tags/v1") == 1  # a foreign signer
+    assert verify(f"{repo}/.github/workflows/release.yml", "refs/heads/main") == 1  # another ref

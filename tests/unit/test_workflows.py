@@ -183,7 +183,10 @@ def test_pages_deploys_the_site_laid_out_from_every_release_with_only_its_own_pe
     runs = " ".join(s.get("run", "") for s in pages["steps"])
     assert "gh release download" in runs and "--pattern SHA256SUMS" in runs
     assert "-m oeq_wheels site --out _site" in runs and '--release "$d"' in runs
-    assert 'gh attestation verify "$f" --repo "$GITHUB_REPOSITORY"' in runs  # provenance of each served file
+    # provenance of each served file, its signer pinned: this repository's release.yml at the release's own tag
+    assert 'gh attestation verify "$f" --repo "$GITHUB_REPOSITORY" --signer-workflow "$workflow"' in runs
+    assert 'workflow="$GITHUB_REPOSITORY/.github/workflows/release.yml"' in runs
+    assert '--source-ref "refs/tags/$tag"' in runs
     (co,) = [s for s in pages["steps"] if s.get("uses", "").startswith("actions/checkout@")]
     assert co["with"]["fetch-depth"] == 0  # the tags: each release held to its own records/release.json
     uses = [s.get("uses", "") for s in pages["steps"]]

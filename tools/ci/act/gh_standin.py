@@ -21,17 +21,27 @@ def release(tag: str) -> Path:
 
 
 def attestation(argv: list[str]) -> int:
-    """`gh attestation verify FILE --repo R`: FILE's sha256 is among the subjects the attest stand-in recorded."""
+    """`gh attestation verify FILE --repo R [--signer-workflow W] [--source-ref REF]`: FILE's sha256 is among the
+    subjects the attest stand-in recorded, by that signer workflow at that ref where they are given (as gh checks the
+    certificate's workflow identity and source ref); a subject attested by another workflow or ref is refused."""
     ap = argparse.ArgumentParser(prog="gh attestation")
     ap.add_argument("verb", choices=["verify"])
     ap.add_argument("file")
     ap.add_argument("--repo", required=True)
+    ap.add_argument("--signer-workflow")
+    ap.add_argument("--source-ref")
     a = ap.parse_args(argv)
     digest = hashlib.sha256(Path(a.file).read_bytes()).hexdigest()
     attested = Path(os.environ["OEQ_REHEARSAL_GITHUB"]) / "attested.txt"
-    known = {line.split()[0] for line in attested.read_text().splitlines()} if attested.is_file() else set()
-    if a.repo != os.environ["GITHUB_REPOSITORY"] or digest not in known:
-        print(f"gh stand-in: no attestation of {Path(a.file).name} ({digest[:16]}…) by {a.repo}", file=sys.stderr)
+    # each line: sha256, signer workflow (owner/repo/path), its ref, the subject's path
+    rows = [line.split() for line in attested.read_text().splitlines()] if attested.is_file() else []
+    ok = a.repo == os.environ["GITHUB_REPOSITORY"] and any(
+        len(r) >= 3 and r[0] == digest and a.signer_workflow in (None, r[1]) and a.source_ref in (None, r[2])
+        for r in rows)
+    if not ok:
+        by = f"{a.repo}" + (f", workflow {a.signer_workflow}" if a.signer_workflow else "") + \
+            (f" at {a.source_ref}" if a.source_ref else "")
+        print(f"gh stand-in: no attestation of {Path(a.file).name} ({digest[:16]}…) by {by}", file=sys.stderr)
         return 1
     return 0
 
