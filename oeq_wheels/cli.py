@@ -401,6 +401,8 @@ def _site(args) -> int:
     # Each release is held to the recorded set of its own tag (the folder's name), or to --recorded FILE.
     wheels = [w for d in args.release for w in site.from_release(
         d, pins, recorded.load(args.recorded) if args.recorded else recorded.at_tag(d.name))]
+    if args.outdir is not None and not args.outdir.is_dir():  # as publish says it: the command line is wrong
+        raise UsageError(f"{args.outdir} is not a directory; build first (make wheels) or name the build's OUTDIR")
     if args.outdir is not None:
         built = site.from_outdir(output.extra_dir(args.outdir), pins)
         if args.unrecorded:

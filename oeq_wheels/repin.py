@@ -420,7 +420,11 @@ def pinned_files(data: dict) -> list[tuple[str, str, str]]:
 
 def check(path: Path, index: str) -> tuple[int, list[str]]:
     """Every pin against the registry: (how many were checked, one line per problem)."""
-    data = tomllib.loads(path.read_text())
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PinsError(f"cannot read pins file {path}: {getattr(exc, 'strerror', None) or exc}; name an existing "
+                        "pins.toml with --pins") from None
     files = pinned_files(data)
     problems, listed = [], {}
     for project, name, sha in files:

@@ -243,7 +243,11 @@ def ensure(items: list[Pinned], cache: Path, log=lambda s: None, jobs: int = 4, 
     whole: every file downloaded whole (for a step that needs the file itself, e.g. to install or re-version it).
     """
     dest = cache / "downloads"
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FetchError(f"cannot make the download cache {dest}: {exc.strerror}; set OEQ_WHEELS_CACHE to a folder "
+                         "you can write") from None
     sweep_stale(dest)
     out: dict[str, Path | Remote] = {}
     missing: list[Pinned] = []

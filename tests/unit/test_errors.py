@@ -139,8 +139,8 @@ def test_the_cli_exits_with_the_class_s_code_in_one_line(name, quiet_cli, monkey
         assert said == ["oeq-wheels: error: what went wrong"]
 
 
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]))
+def run_cli(*args, env: dict | None = None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "runtime")]), **(env or {}))
     return subprocess.run([sys.executable, "-m", "oeq_wheels", *args], capture_output=True, text=True, env=env,
                           cwd=REPO)
 
@@ -190,3 +190,17 @@ def test_the_help_s_exit_code_table_is_the_classes():
              if line[:1] == " " and line.split()[0].isdigit()}
     assert sorted(table) == sorted({0} | set(EXIT_CODES.values())), table
     assert "usage" in table[2] and "failed" in table[1] and "interrupted" in table[130]
+
+
+@pytest.mark.parametrize("args,env,code,said", [
+    (["pins", "--check", "--pins", "/nonexistent/pins.toml"], {}, 2, "cannot read pins file /nonexistent/pins.toml"),
+    (["fetch"], {"OEQ_WHEELS_CACHE": "/proc/oeq-wheels-nope"}, 1, "cannot make the download cache"),
+    (["site", "/nonexistent/dist"], {}, 2, "/nonexistent/dist is not a directory; build first"),
+])
+def test_reachable_tracebacks_are_one_line(args, env, code, said):
+    """Once tracebacks (FileNotFoundError from the pins check and from a cache that cannot be made), and `site` on a
+    missing OUTDIR, which exited 1 where `publish` exits 2: each one line now, with the code of its family."""
+    r = run_cli(*args, env=env)
+    assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("oeq-wheels: error: ") and said in line, line
