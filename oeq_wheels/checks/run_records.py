@@ -46,7 +46,7 @@ class RunRecord:
             if want is None:
                 out.append(f"{name} is not a file of today's recorded set")
             elif want != digest:
-                out.append(f"{name} ran as {digest[:12]}…, today's bytes are {want[:12]}…")
+                out.append(f"{name} ran as {digest[:16]}…, today's bytes are {want[:16]}…")  # 16: tell apart
         return out
 
     def summary(self, today: recorded_mod.Recorded) -> str:

@@ -49,7 +49,7 @@ class Claim:
 
 @dataclass
 class Outcome:
-    state: str  # PASS, PARTIAL, FAIL, SKIPPED, NOT RUN, ELSEWHERE
+    state: str  # PASS, PARTIAL, FAIL, SKIPPED, NOT RUN, ELSEWHERE, STALE (a run record of other bytes than today's)
     detail: str = ""
     skipped: list[str] = field(default_factory=list)
 
@@ -174,7 +174,7 @@ def _elsewhere(row: Row) -> Outcome:
     STALE against today's recorded bytes; FAIL when a named record is missing, unreadable or says it failed."""
     from oeq_wheels.checks import run_records
     d = run_records.describe(row.elsewhere)
-    return Outcome("FAIL" if d.broken else "ELSEWHERE", d.text)
+    return Outcome("FAIL" if d.broken else "STALE" if d.stale else "ELSEWHERE", d.text)
 
 
 def _judge_row(row: Row, results: dict[str, tuple[str, str]]) -> Outcome:
@@ -210,6 +210,9 @@ def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
     skipped = [s for _, o in judged for s in o.skipped]
     if skipped:
         return Outcome("SKIPPED", f"rows {', '.join(named('SKIPPED'))}: {skipped[0]}", skipped)
+    stale = [(r, o) for r, o in judged if o.state == "STALE"]
+    if stale:  # what a row says ran elsewhere ran other bytes than today's: the claim is not proven for these
+        return Outcome("STALE", "; ".join(f"row {r.name}: {o.detail}" for r, o in stale))
     passed, elsewhere, partial = named("PASS"), named("ELSEWHERE"), named("PARTIAL")
     not_run = named("NOT RUN") + partial
     if not here:
@@ -220,9 +223,7 @@ def judge(claim: Claim, results: dict[str, tuple[str, str]]) -> Outcome:
     if not_run:
         detail += f"; {len(not_run)} not run: {', '.join(not_run)}"
     if elsewhere:
-        stale = lambda o: " (STALE)" if "STALE" in o.detail else ""
-        detail += f"; {len(elsewhere)} elsewhere: " + ", ".join(r.name + stale(o) for r, o in judged
-                                                                if o.state == "ELSEWHERE")
+        detail += f"; {len(elsewhere)} elsewhere: " + ", ".join(elsewhere)
     return Outcome("PARTIAL" if not_run else "PASS", detail)
 
 
@@ -255,6 +256,7 @@ def table(claims: list[Claim], results: dict[str, tuple[str, str]],
     width = max(len(c.id) for c in claims)
     lines = []
     for c in claims:
-        lines.append(f"{c.id:<{width}}  {judged[c.id].state:<9}  {judged[c.id].detail}"[:200])
+        # whole: a state that cut text would hide (a STALE record's bytes) is the line's to show
+        lines.append(f"{c.id:<{width}}  {judged[c.id].state:<9}  {judged[c.id].detail}")
         lines += note_lines(c, notes or {}, width + 13)
     return lines, judged

@@ -64,7 +64,10 @@ def test_a_record_with_other_bytes_is_stale_in_the_proof_table(tmp_path, monkeyp
     d = run_records.describe(f"the GPU: {named}", directory=tmp_path)
     assert d.stale and not d.broken and "STALE:" in d.text and "ran as 000000000000" in d.text
     outcome = claims._judge_row(claims.Row("gpu", [], f"the GPU: {named}"), {})
-    assert outcome.state == "ELSEWHERE" and "STALE" in outcome.detail
+    assert outcome.state == "STALE" and "STALE" in outcome.detail  # a state, not a word in a cut line
+    claim = claims.Claim("c", "a claim", [], [], rows=[claims.Row("gpu", [], f"the GPU: {named}"), claims.Row("here", ["t"])])
+    judged = claims.judge(claim, {"t": ("passed", "")})
+    assert judged.state == "STALE" and judged.detail.startswith("row gpu: ")
 
 
 @pytest.mark.parametrize("damage", ["failed", "missing", "not json"])
