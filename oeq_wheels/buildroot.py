@@ -149,11 +149,11 @@ def _short(what: str) -> str:
     return what[:19] if what.startswith("sha256 ") else what
 
 
-def difference(root: Path, recorded: dict[str, str]) -> str | None:
+def difference(root: Path, recorded: dict[str, str], have: dict[str, str] | None = None) -> str | None:
     """None when the root holds exactly the recorded files and links, else the first difference and how many more.
     Nothing is exempt: no maintainer script runs in the root (so no conffile, which dpkg leaves out of md5sums, is
     changed by one) and bubblewrap binds its /usr, /etc and /var read-only, so nothing in it changes on purpose."""
-    have = record(root)
+    have = record(root) if have is None else have
     problems = []
     for path in sorted(recorded.keys() | have.keys()):
         want, got = recorded.get(path), have.get(path)
@@ -170,7 +170,7 @@ def difference(root: Path, recorded: dict[str, str]) -> str | None:
     return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
 
 
-def _make(debs: tuple[Deb, ...], files: dict[str, Path], root: Path) -> dict[str, str]:
+def unpack_root(debs: tuple[Deb, ...], files: dict[str, Path], root: Path) -> dict[str, str]:
     """The packages unpacked into an empty root, each file its md5sums names checked there (a later package that
     overwrote it with other bytes is refused); the root's record."""
     (root / "usr").mkdir()
@@ -190,38 +190,54 @@ def _make(debs: tuple[Deb, ...], files: dict[str, Path], root: Path) -> dict[str
     return record(root)
 
 
+def content_digest(listing: dict[str, str]) -> str:
+    """One sha256 over a root's content (record(): every file's sha256 and every link's target, by path): what
+    pins.toml [toolchain.HOST] root pins, so that the root is checked against the pins, not against anything kept
+    beside it in the cache."""
+    return hashlib.sha256(json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def pinned_digest(tc: PinnedToolchain, debs: tuple[Deb, ...]) -> str:
+    host = tc.host_of(debs)
+    if host is None or host not in tc.roots:
+        raise BuildRootError(f"pins.toml pins no content digest for the build root of these packages ([toolchain."
+                             f"{host or 'HOST'}] root); re-pin the toolchain (oeq-wheels pins --toolchain)")
+    return tc.roots[host]
+
+
 def ensure(tc: PinnedToolchain, debs: tuple[Deb, ...], files: dict[str, Path], cache: Path, log=lambda s: None) -> Path:
-    """The root of these packages (files: each one's verified .deb by file name), unpacked once per key and checked
-    against its record before each use."""
+    """The root of these packages (files: each one's verified .deb by file name), unpacked once per key, its content
+    checked before each use against the digest pins.toml pins for it (the cache is no trust root: a file of the root
+    changed together with the record kept beside it is refused all the same). The record beside it only names the
+    first difference."""
     name = key(debs)
     target = cache / "buildroot" / name
     marker, recorded = target / MARKER, target / RECORD
+    want = pinned_digest(tc, debs)
     with locked(target):
         sweep_stale(target.parent)  # the half-made roots of killed runs
         if marker.is_file() and marker.read_text() == name:
-            if not recorded.is_file():  # made by an older oeq-wheels, which recorded nothing: recorded from the
-                # packages themselves (a second unpack beside it), never from what the root holds now
-                tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
-                try:
-                    (tmp / RECORD).write_text(json.dumps(_make(debs, files, tmp), indent=0))
-                    os.replace(tmp / RECORD, recorded)  # whole or not at all, and no temporary name in the root
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+            have = record(target)
+            if content_digest(have) == want:
+                return target
             try:
-                want = json.loads(recorded.read_text())
+                kept = json.loads(recorded.read_text())
             except (OSError, ValueError):
-                want = None
-            differs = difference(target, want) if isinstance(want, dict) else f"its record {RECORD} cannot be read"
-            if differs:
-                raise BuildRootError(f"the build root {target} is not what its pinned packages made: {differs}; "
-                                     f"remove it (`rm -rf {target}`) and build again: it is made again from the "
-                                     "pinned .debs")
-            return target
+                kept = None
+            differs = difference(target, kept, have) if isinstance(kept, dict) else None
+            raise BuildRootError(f"the build root {target} is not what its pinned packages make (its content digest "
+                                 f"is not pins.toml's{': ' + differs if differs else ''}); remove it (`rm -rf "
+                                 f"{target}`) and build again: it is made again from the pinned .debs")
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
         try:
-            (tmp / RECORD).write_text(json.dumps(_make(debs, files, tmp), indent=0))
+            made = unpack_root(debs, files, tmp)
+            if content_digest(made) != want:
+                raise BuildRootError(f"the pinned packages made a build root whose content digest is "
+                                     f"{content_digest(made)}, pins.toml's is {want}; re-pin the toolchain "
+                                     "(oeq-wheels pins --toolchain)")
+            (tmp / RECORD).write_text(json.dumps(made, indent=0))
             (tmp / MARKER).write_text(name)
             os.rename(tmp, target)
         finally:

@@ -68,6 +68,12 @@ class PinnedToolchain:
     pythons: dict[str, tuple[str, str]]   # X.Y -> (X.Y.Z, digest of its C headers)
     pythons_host: str = "amd64"           # the build host's Debian architecture those headers are (pyconfig.h's)
     debian_arches: dict[str, str] = dataclasses.field(default_factory=dict)  # machine -> Debian's name ([arch.NAME])
+    # by the build host's Debian architecture: the content digest of the root its debs make (buildroot.content_digest)
+    roots: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def host_of(self, debs: tuple[Deb, ...]) -> str | None:
+        """The build host ([toolchain.HOST]) these packages are pinned for."""
+        return next((h for h, d in self.debs.items() if d == debs), None)
 
     def debian_arch(self, machine: str) -> str:
         """Debian's name for a machine's architecture (x86_64: amd64), as [arch.NAME] debian_arch says."""
@@ -619,7 +625,8 @@ def _toolchain(data: dict, arches: dict[str, Arch]) -> PinnedToolchain:
     pythons = {v: (p["version"], p["headers"]) for v, p in t.get("pythons", {}).items()}
     return PinnedToolchain(t["debian"], t["archive"], {k: dict(v["compilers"]) for k, v in hosts.items()}, debs,
                            pythons, t.get("pythons_host", "amd64"),
-                           {n: a.debian_arch for n, a in arches.items() if a.debian_arch})
+                           {n: a.debian_arch for n, a in arches.items() if a.debian_arch},
+                           {k: v["root"] for k, v in hosts.items() if "root" in v})
 
 
 def _torch_wheels(data: dict, name: str, arch: str = TOP_ARCH) -> dict[str, Pinned]:

@@ -35,7 +35,8 @@ def _get(url: str) -> bytes:
         raise RegistryError(f"could not read {url}: {exc} -- check the network") from None
 
 
-def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = None) -> str:
+def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = None,
+                     not_before: str | None = None) -> str:
     """The text of an InRelease that Debian's archive keys signed, as gpgv writes out what it verified: text outside
     the signed message (appended to the file, say) is never read. Any signature gpgv cannot check stops re-pinning
     (a second message signed by another key beside Debian's would otherwise be read with it)."""
@@ -65,13 +66,40 @@ def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = N
         raise Refused(f"{url} is signed but is Debian {' / '.join(n for n in names if n) or 'no named suite'}, "
                       f"not {suite}: nothing re-pinned; use a mirror that serves {suite} (pins.toml [toolchain] "
                       "archive)")
+    if not_before is not None:  # an older release, validly signed, replayed by a mirror: its index may be one
+        # whose packages Debian has since replaced (a security fix)
+        date, floor = release_date(fields.get("Date", "")), release_date(not_before)
+        if date is None or floor is None or date < floor:
+            raise Refused(f"{url} is dated {fields.get('Date', '(no Date)').strip()!r}, older than the last one "
+                          f"re-pinning accepted ({not_before!r}, pins.toml [toolchain] release_date): a replayed "
+                          "release; nothing re-pinned; use a mirror that serves Debian's current files")
     return text
 
 
-def packages_index(archive: str, suite: str, arch: str, keyring: Path | None = None) -> bytes:
-    """main/binary-ARCH/Packages of the suite, checked against the sha256 its signed InRelease lists."""
+def accepted_date(archive: str, suite: str, not_before: str | None = None, keyring: Path | None = None) -> str:
+    """The Date of the suite's InRelease, verified as packages_index verifies it: what pins.toml [toolchain]
+    release_date records after a re-pin, the floor for the next one."""
     url = f"{archive}dists/{suite}/InRelease"
-    release = verified_release(_get(url), url, suite, keyring)
+    text = verified_release(_get(url), url, suite, keyring, not_before)
+    head = dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
+    return head.get("Date", "").strip()
+
+
+def release_date(text: str):
+    """An InRelease's Date (RFC 2822, UTC) as a datetime, or None where it is none."""
+    import email.utils
+    try:
+        return email.utils.parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def packages_index(archive: str, suite: str, arch: str, keyring: Path | None = None,
+                   not_before: str | None = None) -> bytes:
+    """main/binary-ARCH/Packages of the suite, checked against the sha256 its signed InRelease lists (an InRelease
+    dated before not_before refused)."""
+    url = f"{archive}dists/{suite}/InRelease"
+    release = verified_release(_get(url), url, suite, keyring, not_before)
     want = f"main/binary-{arch}/Packages.xz"
     sums = release.partition("\nSHA256:\n")[2]
     digest = next((l.split()[0] for l in sums.splitlines() if l.startswith(" ") and l.split()[-1] == want), None)
@@ -135,10 +163,11 @@ def _quote(path: str) -> str:
 def repin(doc: tomlkit.TOMLDocument, log=lambda s: None) -> None:
     """Every [toolchain.ARCH] that names its roots, re-resolved in place."""
     tc = doc["toolchain"]
+    floor = str(tc["release_date"]) if "release_date" in tc else None
     for arch, table in tc.items():
         if not isinstance(table, dict) or "roots" not in table:
             continue
-        packages, provides = parse(packages_index(str(tc["archive"]), str(tc["debian"]), arch))
+        packages, provides = parse(packages_index(str(tc["archive"]), str(tc["debian"]), arch, not_before=floor))
         new = entries(closure(packages, provides, [str(r) for r in table["roots"]]))
         old = {(d["name"], d["version"]) for d in table.get("debs", [])}
         changed = [f"{d['name']} {d['version']}" for d in new if (d["name"], d["version"]) not in old]
@@ -152,4 +181,24 @@ def repin(doc: tomlkit.TOMLDocument, log=lambda s: None) -> None:
             arr.append(t)
         arr.multiline(True)
         table["debs"] = arr
+        table["root"] = root_digest(str(tc["archive"]), new, log)
         log(f"[toolchain.{arch}]: {len(new)} packages; " + (f"new: {', '.join(changed)}" if changed else "unchanged"))
+    tc["release_date"] = accepted_date(str(tc["archive"]), str(tc["debian"]), floor)
+
+
+def root_digest(archive: str, debs: list[dict], log=lambda s: None) -> str:
+    """The content digest of the root these packages make (buildroot.content_digest), made from them once in a
+    temporary folder: what each build then checks its cached root against."""
+    import shutil
+    from . import buildroot
+    from .files import default_cache
+    from .inputs import fetch
+    from .pins import Deb, Pinned
+    pinned = tuple(Deb(d["name"], d["version"], d["file"], d["sha256"]) for d in debs)
+    files = fetch.ensure([Pinned(d.name, d.version, Path(d.file).name, d.sha256, url=archive + d.file) for d in pinned],
+                         default_cache(), log)
+    tmp = Path(tempfile.mkdtemp(prefix="oeq-wheels-root-digest-"))
+    try:
+        return buildroot.content_digest(buildroot.unpack_root(pinned, files, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -4,6 +4,7 @@ InRelease is signed with a throwaway key made here (gpg, in a home of its own); 
 lists, verifies against Debian's keyring."""
 import hashlib
 import lzma
+import tomllib
 import shutil
 import subprocess
 import tempfile
@@ -52,11 +53,12 @@ def signers():
         s.close()
 
 
-def release(codename: str = "bookworm", **sums: bytes) -> str:
+def release(codename: str = "bookworm", date: str = "Sat, 11 Jul 2026 10:16:37 UTC", **sums: bytes) -> str:
     """An InRelease's text listing each index (main/binary-ARCH/Packages.xz) by its sha256."""
     lines = [f" {hashlib.sha256(body).hexdigest()} {len(body)} main/binary-{arch}/Packages.xz"
              for arch, body in sums.items()]
-    return f"Origin: Debian\nSuite: oldstable\nCodename: {codename}\nSHA256:\n" + "\n".join(lines) + "\n"
+    return (f"Origin: Debian\nSuite: oldstable\nCodename: {codename}\nDate: {date}\nSHA256:\n" + "\n".join(lines)
+            + "\n")
 
 
 def serve(monkeypatch, files: dict[str, bytes]):
@@ -164,3 +166,22 @@ def test_the_build_images_debootstrap_checks_the_archive_with_debians_keyring(tm
                               "installed and installing it needs root; install debian-archive-keyring (`apt-get "
                               "install debian-archive-keyring`)")
     assert not [c for c in ran if "debootstrap" in c]
+
+
+def test_a_signed_inrelease_older_than_the_last_accepted_one_is_refused(signers, monkeypatch):
+    """A mirror replaying an earlier, validly signed release (whose index may name packages Debian has since
+    replaced) is refused against pins.toml [toolchain] release_date; the same date or a later one is read."""
+    archive = signers("archive")
+    body = lzma.compress(INDEX)
+    index = {f"{ARCHIVE}dists/bookworm/main/binary-amd64/Packages.xz": body}
+    serve(monkeypatch, {URL: archive.sign(release(date="Mon, 01 Jun 2026 00:00:00 UTC", amd64=body)), **index})
+    with pytest.raises(Refused, match=r"is dated 'Mon, 01 Jun 2026 00:00:00 UTC', older than the last one re-pinning "
+                                      r"accepted \('Sat, 11 Jul 2026 10:16:37 UTC', pins.toml \[toolchain\] "
+                                      r"release_date\): a replayed release; nothing re-pinned"):
+        R.packages_index(ARCHIVE, "bookworm", "amd64", keyring=archive.keyring,
+                         not_before="Sat, 11 Jul 2026 10:16:37 UTC")
+    serve(monkeypatch, {URL: archive.sign(release(amd64=body)), **index})
+    assert R.packages_index(ARCHIVE, "bookworm", "amd64", keyring=archive.keyring,
+                            not_before="Sat, 11 Jul 2026 10:16:37 UTC") == INDEX
+    assert R.accepted_date(ARCHIVE, "bookworm", keyring=archive.keyring) == "Sat, 11 Jul 2026 10:16:37 UTC"
+    assert P.load().toolchain is not None and "release_date" in tomllib.loads(P.PINS_FILE.read_text())["toolchain"]

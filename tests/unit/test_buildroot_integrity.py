@@ -1,7 +1,9 @@
-"""The build root is trusted by its content: made from the pinned .debs, each file checked against its package's
-md5sums and every file and link recorded; before each build the root is checked against that record, and any
-difference (a file, a conffile, a link, one added or missing) stops the build in one line naming it and the fix.
-Small packages made here stand in for Debian's."""
+"""The build root is trusted by its content, as pins.toml pins it: made from the pinned .debs, each file checked
+against its package's md5sums; before each build its content (every file's sha256, every link) is checked against
+the digest pins.toml pins for those packages, never against the record kept beside it in the cache; any difference
+(a file, a conffile, a link, one added or missing, the record rewritten to match) stops the build in one line naming
+the fix, and the first difference where the kept record still says it. Small packages made here stand in for
+Debian's."""
 import hashlib
 import io
 import json
@@ -50,8 +52,16 @@ def packages(tmp_path, second: dict[str, object] | None = None):
                                               "./etc/tool.conf": b"setting = pinned\n"}, conffiles=("/etc/tool.conf",))
     two = deb(tmp_path / "libx_1_amd64.deb", second or {"./lib/x86_64-linux-gnu/libx.so.1": b"\x7fELF library"})
     debs = tuple(pins.Deb(p.name.split("_")[0], "1", f"pool/main/x/{p.name}", "0" * 64) for p in (one, two))
-    tc = pins.PinnedToolchain("bookworm", "http://archive.invalid/debian/", {}, {"amd64": debs}, {})
-    return tc, debs, {one.name: one, two.name: two}
+    files = {one.name: one, two.name: two}
+    scratch = tmp_path / "digest-root"  # as `oeq-wheels pins --toolchain` derives the pinned digest
+    scratch.mkdir()
+    try:
+        digest = buildroot.content_digest(buildroot.unpack_root(debs, files, scratch))
+    except buildroot.BuildRootError:
+        digest = "0" * 64  # packages that make no root (the overwrite test): never reached
+    tc = pins.PinnedToolchain("bookworm", "http://archive.invalid/debian/", {}, {"amd64": debs}, {},
+                              roots={"amd64": digest})
+    return tc, debs, files
 
 
 @pytest.fixture
@@ -88,36 +98,47 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("record_too", [False, True], ids=["record-kept", "record-removed-too"])
+@pytest.mark.parametrize("record", ["kept", "removed", "rewritten"])
 @pytest.mark.parametrize("what", DAMAGE)
-def test_a_root_that_differs_from_its_record_stops_the_build_in_one_line(made, tmp_path, what, record_too):
-    """Removing the record as well does not hide it: a root without one is recorded from the packages again."""
+def test_a_root_that_differs_from_its_pinned_digest_stops_the_build_in_one_line(made, tmp_path, what, record):
+    """The record beside the root is no trust root: removed, or rewritten to match the damaged root (as one who can
+    write the cache would), the root is refused all the same; while it is kept it names the first difference."""
     tc, debs, files, root = made
     damage, says = DAMAGE[what]
     damage(root)
-    if record_too:
+    if record == "removed":
         (root / buildroot.RECORD).unlink()
+    elif record == "rewritten":
+        (root / buildroot.RECORD).write_text(json.dumps(buildroot.record(root)))
     with pytest.raises(buildroot.BuildRootError) as exc:
         buildroot.ensure(tc, debs, files, tmp_path / "cache")
     line = str(exc.value)
-    assert "\n" not in line and line.startswith(f"the build root {root} is not what its pinned packages made: {says}")
+    assert "\n" not in line and line.startswith(f"the build root {root} is not what its pinned packages make (its "
+                                                "content digest is not pins.toml's")
+    assert (f": {says}" in line) == (record == "kept"), line
     assert line.endswith(f"remove it (`rm -rf {root}`) and build again: it is made again from the pinned .debs")
     assert (root / buildroot.MARKER).is_file()  # left as it is, to look at: the build removes nothing by itself
 
 
-def test_an_older_root_without_a_record_is_recorded_from_its_packages(made, tmp_path):
-    tc, debs, files, root = made
-    before = (root / buildroot.RECORD).read_text()
-    (root / buildroot.RECORD).unlink()
-    assert buildroot.ensure(tc, debs, files, tmp_path / "cache") == root
-    assert json.loads((root / buildroot.RECORD).read_text()) == json.loads(before)
-
-
-def test_an_unreadable_record_stops_the_build(made, tmp_path):
+def test_a_whole_root_needs_no_record_beside_it(made, tmp_path):
     tc, debs, files, root = made
     (root / buildroot.RECORD).write_text("{ not json")
-    with pytest.raises(buildroot.BuildRootError, match=r"its record \.oeq-wheels-files\.json cannot be read; remove"):
-        buildroot.ensure(tc, debs, files, tmp_path / "cache")
+    assert buildroot.ensure(tc, debs, files, tmp_path / "cache") == root
+    (root / buildroot.RECORD).unlink()
+    assert buildroot.ensure(tc, debs, files, tmp_path / "cache") == root
+
+
+def test_packages_without_a_pinned_digest_or_making_another_root_are_refused(tmp_path):
+    tc, debs, files = packages(tmp_path)
+    bare = pins.PinnedToolchain(tc.debian, tc.archive, {}, tc.debs, {})
+    with pytest.raises(buildroot.BuildRootError, match=r"pins no content digest for the build root .*\[toolchain\."
+                                                       r"amd64\] root\); re-pin the toolchain"):
+        buildroot.ensure(bare, debs, files, tmp_path / "cache")
+    other = pins.PinnedToolchain(tc.debian, tc.archive, {}, tc.debs, {}, roots={"amd64": "1" * 64})
+    with pytest.raises(buildroot.BuildRootError, match=r"made a build root whose content digest is [0-9a-f]{64}, "
+                                                       r"pins.toml's is 1{64}; re-pin the toolchain"):
+        buildroot.ensure(other, debs, files, tmp_path / "cache2")
+    assert not (tmp_path / "cache2" / "buildroot" / buildroot.key(debs)).exists()
 
 
 def test_a_package_whose_file_another_overwrites_is_refused_and_no_root_is_left(tmp_path):
