@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import HostError
+from ..registry import PYPI
 from ..release.site import release_asset_name
 
 
@@ -166,7 +167,7 @@ def pypi_standin(packages: Path, log: Path, fallback: str | None = None):
     """pypiserver over `packages`, redirecting every project it lacks to `fallback` (default: PyPI, through the
     session's mirror of it where there is one); yields its simple URL."""
     from .venvs import mirror_url as mirror
-    fallback = fallback or mirror() or "https://pypi.org/simple/"
+    fallback = fallback or mirror() or PYPI
     with pypiserver(packages, log, "-a", ".", "-P", ".", "--fallback-url", fallback) as root:
         yield root + "simple/"
 

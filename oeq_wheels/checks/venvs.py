@@ -13,12 +13,13 @@ from ..inputs import pythons
 from ..files import locked
 from ..oeq import wheel as oeqpy
 from ..pins import Pins
+from ..registry import PYPI
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMER_LOCK = REPO / "requirements" / "consumer.txt"
 # PyPI as uv names its default index. uv keys its cache by the index's URL as written: "https://pypi.org/simple/"
 # (with the slash) is another index to it, and every wheel installed through it would be stored a second time.
-UV_PYPI = "https://pypi.org/simple"
+UV_PYPI = PYPI.rstrip("/")
 def mirror_url() -> str | None:
     """The test session's kept mirror of PyPI (tests/support/pypi_mirror.py; its simple index URL), or None where
     installs go to PyPI directly. The verbs the suite runs (install-matrix, clean-install, the variant index's check)

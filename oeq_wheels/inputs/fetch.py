@@ -24,6 +24,7 @@ from . import members, link_stub_store
 from ..errors import FetchError, Unsupported
 from ..files import sha256_file, stat_key, sweep_stale, temp_prefix, write_atomic
 from ..pins import Pinned
+from ..registry import PYPI
 
 
 def _stamp(path: Path) -> Path:
@@ -106,7 +107,7 @@ def _pip_args(item: Pinned) -> list[str]:
 
 def index_url() -> str:
     """The index pip would ask (PIP_INDEX_URL, else PyPI's simple API)."""
-    return (os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/").rstrip("/") + "/"
+    return (os.environ.get("PIP_INDEX_URL") or PYPI).rstrip("/") + "/"
 
 
 class Links(HTMLParser):

@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import proc
+from ..registry import PYPI
 from .. import pins as pins_mod
 from ..errors import Refused, ReleaseError, UsageError
 from ..files import sha256_file, write_atomic
@@ -56,7 +57,7 @@ def check_repository(repository: str, pins: pins_mod.Pins) -> str:
 
 
 # Upload endpoints whose simple index is not at <upload URL>/simple/.
-KNOWN_INDEXES = {"https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
+KNOWN_INDEXES = {"https://upload.pypi.org/legacy/": PYPI,
                  "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/"}
 
 
