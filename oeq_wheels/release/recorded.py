@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
       python3 -m oeq_wheels.release.recorded check [--tag TAG] [--complete] FILE...
       python3 -m oeq_wheels.release.recorded new-assets EXISTING_DIR FILE...   (prints the files to upload)
+      python3 -m oeq_wheels.release.recorded notes                             (the release notes, from the set)
     """
     import argparse
     import sys
@@ -158,11 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--tag", help="the set of this release tag's commit (default: records/release.json here)")
     c.add_argument("--complete", action="store_true", help="and the wheels are the whole set")
     c.add_argument("files", nargs="+", type=Path)
+    sub.add_parser("notes", help="the release notes: the recorded set, each file with its sha256 (Markdown)")
     n = sub.add_parser("new-assets", help="refuse assets that are not ours; print the files not yet attached")
     n.add_argument("existing", type=Path)
     n.add_argument("files", nargs="+", type=Path)
     a = ap.parse_args(argv)
     try:
+        if a.verb == "notes":
+            print(notes(load()))
+            return 0
         if a.verb == "new-assets":
             print("\n".join(str(f) for f in new_assets(a.existing, a.files)))
             return 0
@@ -175,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OeqWheelsError as exc:  # as cli.main: one line, the class's exit code
         return report(exc)
+
+
+def notes(record: Recorded) -> str:
+    """The release's notes, from the recorded set alone: what the release may carry, each file by its sha256."""
+    rows = "".join(f"| `{name}` | `{digest}` |\n" for name, digest in sorted(record.wheels.items()))
+    return (f"Release {record.version}: exactly the files of `{RELATIVE.as_posix()}` at this tag, the bytes the GPU "
+            "proofs ran (docs/validation.md). Verify a download with `sha256sum` against this table and "
+            "`gh attestation verify FILE --repo OWNER/NAME`.\n\n| file | sha256 |\n|---|---|\n" + rows)
 
 
 def check_sums(path: Path, record: Recorded, complete: bool = False) -> None:

@@ -95,3 +95,18 @@ def test_an_input_that_is_no_regular_file_or_too_large_is_refused_unread(tmp_pat
     sums.write_text(f"{digest}  {name}\n" * 2)
     with pytest.raises(errors.Refused, match=rf"line 2 disagrees .*: {re.escape(name)} is named twice"):
         recorded.check_sums(sums, r)
+
+
+def test_the_release_notes_are_the_recorded_set_and_nothing_of_the_artifact():
+    """release.yml's github-release job writes its notes with `recorded notes`: every recorded file and sha256, from
+    the tagged commit alone (the artifact's REPORT.md was attached unchecked before)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-s", "-m", "oeq_wheels.release.recorded", "notes"], capture_output=True,
+                       text=True, cwd=REPO, env={"PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    rows = dict(re.findall(r"^\| `([^`]+\.whl)` \| `([0-9a-f]{64})` \|$", r.stdout, re.M))
+    assert rows == recorded.load().wheels
+    workflow = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    assert "recorded notes >notes.md" in workflow and "--notes-file notes.md" in workflow
+    assert "REPORT.md" not in workflow.split("github-release:")[1].split("\n  pages:")[0]
