@@ -83,8 +83,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("wheel_dir", type=Path, metavar="WHEEL_DIR")
     c.add_argument("python", nargs="?", help="X.Y or an interpreter path (default 3.11)")
     c.add_argument("--keep", action="store_true", help="keep the venv and logs")
-    c.add_argument("--torch-index", help="where torch 2.14.1+cu130 comes from (default: PyTorch's cu130 index, "
-                                         "or a local stand-in where it cannot be reached)")
+    c.add_argument("--torch-index", help="where the release matrix's torch comes from (default: PyTorch's index of "
+                                         "its CUDA label, or a local stand-in where it cannot be reached)")
 
     m = sub.add_parser("install-matrix", parents=[common], help="plain pip/uv installs from the registry plus our index, no compiler",
                        description="For each torch and installer: a fresh venv, compilers replaced by sentinels "
