@@ -125,6 +125,47 @@ print("OEQ " + json.dumps({"torch": torch.__version__, "precompiled": extlib.USE
 """.replace("{LOADED}", LOADED)
 
 
+# OEQ_LOAD, then what the dispatch library bound (the dispatch build's wheels: cuda_binding = "dispatch").
+DISPATCH_LOAD = OEQ_LOAD + r"""
+import ctypes, os
+d = ctypes.CDLL(os.path.join(os.path.dirname(extlib.extension_module.__file__), "liboeq_cuda_dispatch.so"))
+d.oeq_cuda_dispatch_path.restype = ctypes.c_char_p
+print("DISPATCH " + json.dumps({"major": d.oeq_cuda_dispatch_major(),
+                                "paths": [d.oeq_cuda_dispatch_path(i).decode() for i in range(3)]}))
+"""
+
+
+def dispatch_loads(venv: Path, dispatch_set, major: str, oeq_ops, sentinels, tmp_path: Path, record) -> None:
+    """The dispatch build's one cp311 wheel (built against CUDA 12.8's headers) in this torch's venv, no compiler: OEq
+    loads its precompiled extension, and the loader's own account (/proc/self/maps) shows CUDA `major`'s cudart, NVRTC
+    and cuBLAS from this venv's NVIDIA wheels, bound by the dispatch library, and no CUDA runtime of the other major."""
+    out, pins = dispatch_set
+    version = pins.oeq_line("cu128").version(pins.oeq.version)
+    (whl,) = extra_dir(out).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
+    reinstall(venv, whl)
+    extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
+    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub-dispatch", venv)
+    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", DISPATCH_LOAD], capture_output=True,
+                       text=True, env=environment(venv, sentinels, stub_dir, tmp_path, rules=False), cwd=str(tmp_path))
+    said = {l.split(" ", 1)[0]: json.loads(l.split(" ", 1)[1]) for l in r.stdout.splitlines()
+            if l.startswith(("OEQ ", "DISPATCH "))}
+    assert "DISPATCH" in said, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    loaded, bound = said["OEQ"], said["DISPATCH"]
+    assert loaded["precompiled"] is True and loaded["built"] is True and loaded["error"] is None, loaded
+    assert Path(loaded["module"]).parent == extlib and loaded["ops"] == oeq_ops, loaded
+    nvidia = os.path.realpath(site_of(venv) / "nvidia") + os.sep
+    mapped = {Path(m).name: m for m in loaded["mapped"]}
+    cuda = [f"libcudart.so.{major}", f"libnvrtc.so.{major}", f"libcublas.so.{major}"]
+    assert bound["major"] == int(major) and all(mapped.get(s, "").startswith(nvidia) for s in cuda), (bound, mapped)
+    assert [os.path.realpath(p) for p in bound["paths"]] == [mapped[s] for s in cuda], (bound, mapped)
+    other = "12" if major == "13" else "13"
+    assert not [n for n in mapped if n.startswith(("libcudart.so.", "libnvrtc.so.", "libcublas.so.")) and
+                n.endswith("." + other)], mapped
+    log = sentinels[1]
+    assert not log.exists() or log.read_text() == ""
+    record("dispatch-bound CUDA libraries", sorted(cuda))
+
+
 @pytest.fixture(scope="session")
 def cu130_ext(built) -> Path:
     """The fastmace-oeq-ext build served beside it on the cu130 index (its manifest names our binary OEq)."""
@@ -290,7 +331,7 @@ def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_manifest, post1_
 
 @pytest.mark.parametrize("torch", torches())
 def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, oeq_ops, sentinels, tmp_path,
-                                                                 record_property):
+                                                                 record_property, dispatch_set):
     """torch X from PyPI + our binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses (it forces
     OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
     pins = P.load()
@@ -320,6 +361,9 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     assert "fastmace-oeq-ext not used: fastmace-oeq-ext is not installed" in ours["cli_doctor"]
     assert ours["sentinel_log"] == "" and today["sentinel_log"] == ""
 
+    if torch == line.tested_torch[-1]:  # the newest CUDA 13 torch: the dispatch build's CUDA 12.8-header wheel binds 13
+        dispatch_loads(venv, dispatch_set, "13", oeq_ops, sentinels, tmp_path, record_property)
+        reinstall(venv, cu130_oeq)
     if torch == line.tested_torch[0]:  # below the floor: the same install, torch's release read one minor older
         major, minor = (int(x) for x in line.torch_min.split("."))
         older = f"{major}.{minor - 1}.0+cu{line.cuda.replace('.', '')}"
@@ -373,7 +417,8 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
 
 
 def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, oeq_ops,
-                                                                                  sentinels, tmp_path, record_property):
+                                                                                  sentinels, tmp_path, record_property,
+                                                                                  dispatch_set):
     """PyPI's torch of the cu128 line (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
     refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
     same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
@@ -424,3 +469,5 @@ def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oe
     record_property("real NVIDIA libraries", sorted(Path(m).name for m in real))
     log = sentinels[1]
     assert not log.exists() or log.read_text() == ""
+    # The dispatch build's same wheel, which the newest CUDA 13 torch's test loads too, binds CUDA 12 here.
+    dispatch_loads(venv, dispatch_set, "12", oeq_ops, sentinels, tmp_path, record_property)
