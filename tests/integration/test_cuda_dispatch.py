@@ -174,3 +174,28 @@ def test_a_missing_library_of_the_major_is_named_with_where_it_was_looked_for(di
     cudart = _cuda(tmp_path, 13, "cu13", dispatch_lib, skip="cublas")
     (said,) = _probe(cudart, dispatch_lib)["said"]
     assert "\n" not in said and "libcublas.so.13 not found" in said and str(cudart.parent) in said, said
+
+
+def test_the_dispatch_library_cross_builds_for_aarch64_and_needs_only_glibcs_first_version(cache, dispatch_wheels,
+                                                                                         tmp_path):
+    """The aarch64 build of the dispatch library (the cu130 line's aarch64 inputs, the pinned root's cross compiler):
+    an aarch64 library needing libc and libdl alone, no symbol newer than aarch64 glibc's first version (2.17), the same
+    functions as x86_64's, each present in the oldest pinned CUDA 12 and 13 libraries (the gate's own checks)."""
+    from oeq_wheels import build, pins as P
+    from oeq_wheels.elf import glibc_max_symbol
+    from oeq_wheels.gate_common import check_elf
+    from oeq_wheels.inputs import fetch
+    from oeq_wheels.oeq import product as oeq_product
+    from oeq_wheels.oeq.gate import DISPATCH_NEEDED, dispatch_problems, oldest_cuda_libraries
+    pins = P.load()
+    line = pins.oeq_line("cu130", "aarch64")
+    make, _ = build.toolchain_maker(pins, "pinned", cache)
+    trees = oeq_product.stable_trees(pins, line, fetch.ensure(line.inputs(pins.oeq), cache), cache)
+    lib = stable.build_dispatch(line, stable.Recipe(trees, True), make(line.arch), tmp_path / "liboeq_cuda_dispatch.so")
+    data = lib.read_bytes()
+    _, problems = check_elf(data, required=DISPATCH_NEEDED, allowed=DISPATCH_NEEDED, runpath=None, arch=line.arch,
+                            forbidden_paths=[str(cache)])
+    assert problems == [] and glibc_max_symbol(data) == "GLIBC_2.17", problems
+    x86 = dispatch_exports(_extlib(dispatch_wheels["cu130"])["liboeq_cuda_dispatch.so"])
+    assert dispatch_exports(data) == x86
+    assert dispatch_problems(data, x86, oldest_cuda_libraries(pins, line, cache)) == []
