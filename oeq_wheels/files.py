@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 from . import settings
@@ -152,3 +153,17 @@ def remembered(tool: str, wheel: Path, ask, memo_dir: Path | None) -> dict:
     memo_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(memo, json.dumps(verdict))
     return verdict
+
+
+def not_a_file(path: Path, limit: int) -> str | None:
+    """Why a door does not read path (a symbolic link, FIFO or device, or larger than limit bytes), or None; it is
+    never opened: a link to /dev/zero would be read forever, a FIFO would block."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path.name}: cannot read it ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is not a regular file (a symbolic link, FIFO or device)"
+    if st.st_size > limit:
+        return f"{path.name} is {st.st_size} bytes, larger than any file of ours ({limit} at most)"
+    return None

@@ -14,9 +14,7 @@ import base64
 import csv
 import hashlib
 import io
-import os
 import re
-import stat
 import struct
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from . import pins as pins_mod, proc
 from .elf import elf_facts
 from .errors import OeqWheelsError
-from .files import remembered, sha256_file
+from .files import not_a_file, remembered, sha256_file
 from .tags import audit, external_ok, manylinux_version, proven_tag, split_variant, tag_arch
 
 
@@ -168,15 +166,10 @@ def layout_problem(path: Path) -> str | None:
 
     Hand-rolled: zipfile tolerates exactly these (a prefix, a comment), and no library of the standard set refuses
     them; the records' layout is APPNOTE's, read with struct."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"cannot read it ({exc.strerror})"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a symbolic link, FIFO or device): refused before it is opened"
-    size = st.st_size
-    if size > MAX_TOTAL:
-        return f"{size} bytes, more than any wheel of ours (over {MAX_TOTAL >> 20} MiB)"
+    unreadable = not_a_file(path, MAX_TOTAL)
+    if unreadable:
+        return unreadable
+    size = path.stat().st_size
     if size < 22:
         return f"{size} bytes: too short to be a zip archive"
     with open(path, "rb") as f:

@@ -11,15 +11,13 @@ mutable release asset or its SHA256SUMS says.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
 from ..errors import OeqWheelsError, Refused, UsageError, report
-from ..files import sha256_file
+from ..files import not_a_file, sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 RELATIVE = Path("records") / "release.json"
@@ -52,7 +50,7 @@ class Recorded:
     def problems(self, files: list[Path]) -> list[str]:
         """Why each of these files is not ours to publish, a line per file that is not (one that is no regular file,
         or larger than any of ours, is never read)."""
-        return [p for f in files if (p := not_a_file(f) or self.problem(f.name, sha256_file(f)))]
+        return [p for f in files if (p := not_a_file(f, MAX_FILE) or self.problem(f.name, sha256_file(f)))]
 
     def refuse_unrecorded(self, files: list[Path], what: str) -> None:
         """Refused (one line naming each file) unless every file is recorded with its bytes."""
@@ -71,19 +69,6 @@ class Recorded:
 
 # No file of ours comes near this (a wheel is under 1 MB, SHA256SUMS a few KB): a larger one is refused unread.
 MAX_FILE = 64 << 20
-
-
-def not_a_file(path: Path, limit: int = MAX_FILE) -> str | None:
-    """Why path is no file a door reads (a link, FIFO or device, or larger than limit), or None; never opens it."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"{path.name}: cannot read it ({exc.strerror})"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path.name} is not a regular file (a symbolic link, FIFO or device)"
-    if st.st_size > limit:
-        return f"{path.name} is {st.st_size} bytes, larger than any file of ours ({limit} at most)"
-    return None
 
 
 def parse(data: bytes, source: str) -> Recorded:
