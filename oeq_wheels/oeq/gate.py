@@ -105,13 +105,13 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     cuda_needed = {ob.dispatch_library} if ob.dispatch else set(ob.cuda_sonames())
     needed = {f"lib{l}.so" for l in (*ob.torch_libs, ob.stub_library)} | cuda_needed | {cudaflags.DRIVER_SONAME}
     forbidden = default_forbidden_paths() if forbidden_paths is None else forbidden_paths
-    oldest = {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
+    oldest = {} if ob.dispatch else {s: _wheel_lib(cuda_root, ob.cuda_major, s) for s in ob.cuda_sonames()}
     bound = set()
     if ob.dispatch and dispatch in files:
-        facts, problems = check_elf(files[dispatch], required=DISPATCH_NEEDED, allowed=DISPATCH_NEEDED, runpath=None,
-                                    arch=ob.arch, forbidden_paths=forbidden)
+        _, problems = check_elf(files[dispatch], required=DISPATCH_NEEDED, allowed=DISPATCH_NEEDED, runpath=None,
+                                arch=ob.arch, forbidden_paths=forbidden)
         bound = dispatch_exports(files[dispatch])
-        problems += dispatch_problems(files[dispatch], bound, oldest_cuda_libraries(p, ob, cache))
+        problems += dispatch_problems(bound, oldest_cuda_libraries(p, ob, cache))
         v.problems += [f"{ob.dispatch_library}: {q}" for q in problems]
     for arc in (module, aoti):
         data = files.get(arc)
@@ -332,9 +332,9 @@ def oldest_cuda_libraries(p: pins_mod.Pins, ob: pins_mod.OeqLine, cache: Path | 
     return out
 
 
-def dispatch_problems(data: bytes, bound: set[str], oldest: dict[str, dict[str, Path]]) -> list[str]:
+def dispatch_problems(bound: set[str], oldest: dict[str, dict[str, Path]]) -> list[str]:
     """Every function the dispatch library binds is in the oldest pinned library of its kind, for each CUDA major
-    (under the other major's name where the two differ), and it defines nothing else of CUDA's."""
+    (under the other major's name where the two differ)."""
     out = []
     if not bound:
         out.append(f"exports no CUDA function under {DISPATCH_VERSION}")

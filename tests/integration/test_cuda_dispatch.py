@@ -198,4 +198,4 @@ def test_the_dispatch_library_cross_builds_for_aarch64_and_needs_only_glibcs_fir
     assert problems == [] and glibc_max_symbol(data) == "GLIBC_2.17", problems
     x86 = dispatch_exports(_extlib(dispatch_wheels["cu130"])["liboeq_cuda_dispatch.so"])
     assert dispatch_exports(data) == x86
-    assert dispatch_problems(data, x86, oldest_cuda_libraries(pins, line, cache)) == []
+    assert dispatch_problems(x86, oldest_cuda_libraries(pins, line, cache)) == []
