@@ -49,7 +49,7 @@ class LineBuild:
         return stable.Recipe(self.trees, tags.manylinux_version(ob.arch.platform_tag) < (2, 32),
                              python_include=python_include, torch_label=f"torch-{ob.torch.version}",
                              tls_gnu2=self.toolchain.accepts("-mtls-dialect=gnu2"), limited_api=limited_api,
-                             free_threaded=free_threaded, dispatch=ob.dispatch)
+                             free_threaded=free_threaded, module_name=ob.module_name, dispatch=ob.dispatch)
 
     def python_recipe(self, interp: pythons.Interpreter) -> stable.Recipe:
         # CPython's headers are the same on every 64-bit Linux architecture but pyconfig.h's few

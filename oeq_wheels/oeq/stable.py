@@ -94,7 +94,7 @@ class Recipe:
     # it; without it the import turns the GIL back on. The two classes OEq binds call only the CUDA runtime, which
     # is thread-safe, and nanobind guards its own state in this mode.
     free_threaded: bool = False
-    module_name: str = "oeq_stable_cuda"
+    module_name: str = OeqLine.module_name
     dispatch: bool = False   # the line's cuda_binding is "dispatch": the module's init is import_guard.cpp's
 
     def prefix_map(self, nanobind_only: bool = False) -> list[str]:
