@@ -60,7 +60,7 @@ def verified_release(data: bytes, url: str, suite: str, keyring: Path | None = N
                       "re-pinned; use a mirror that serves Debian's own files (pins.toml [toolchain] archive), or "
                       "update debian-archive-keyring if Debian has new keys")
     text = res.stdout.decode(errors="replace")
-    fields = dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
+    fields = release_fields(text)
     names = [fields.get(k, "").strip() for k in ("Codename", "Suite")]
     if suite not in names:  # a release of another suite, signed as well, served in this one's place
         raise Refused(f"{url} is signed but is Debian {' / '.join(n for n in names if n) or 'no named suite'}, "
@@ -80,9 +80,12 @@ def accepted_date(archive: str, suite: str, not_before: str | None = None, keyri
     """The Date of the suite's InRelease, verified as packages_index verifies it: what pins.toml [toolchain]
     release_date records after a re-pin, the floor for the next one."""
     url = f"{archive}dists/{suite}/InRelease"
-    text = verified_release(_get(url), url, suite, keyring, not_before)
-    head = dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
-    return head.get("Date", "").strip()
+    return release_fields(verified_release(_get(url), url, suite, keyring, not_before)).get("Date", "").strip()
+
+
+def release_fields(text: str) -> dict[str, str]:
+    """An InRelease's header fields (Codename, Suite, Date ...), as verified text gives them."""
+    return dict(l.split(":", 1) for l in text.split("\n\n", 1)[0].splitlines() if ":" in l and l[:1] != " ")
 
 
 def release_date(text: str):
