@@ -361,9 +361,6 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     assert "fastmace-oeq-ext not used: fastmace-oeq-ext is not installed" in ours["cli_doctor"]
     assert ours["sentinel_log"] == "" and today["sentinel_log"] == ""
 
-    if torch == line.tested_torch[-1]:  # the newest CUDA 13 torch: the dispatch build's CUDA 12.8-header wheel binds 13
-        dispatch_loads(venv, dispatch_set, "13", oeq_ops, sentinels, tmp_path, record_property)
-        reinstall(venv, cu130_oeq)
     if torch == line.tested_torch[0]:  # below the floor: the same install, torch's release read one minor older
         major, minor = (int(x) for x in line.torch_min.split("."))
         older = f"{major}.{minor - 1}.0+cu{line.cuda.replace('.', '')}"
@@ -378,6 +375,8 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
         assert json.loads(r.stdout or "null") == [
             False, f"openequivariance {line.version(pins.oeq.version)}'s precompiled extension needs torch >= "
                    f"{line.torch_min}, torch {older} is installed"], r.stderr[-2000:]
+    if torch == line.tested_torch[-1]:  # the newest CUDA 13 torch: the dispatch build's CUDA 12.8-header wheel binds 13
+        dispatch_loads(venv, dispatch_set, "13", oeq_ops, sentinels, tmp_path, record_property)
 
 
 def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel, post1_torch,
