@@ -338,3 +338,36 @@ def test_the_gh_stand_in_refuses_an_attestation_of_another_workflow_or_ref(tmp_p
     assert verify(f"{repo}/.github/workflows/release.yml", "refs/tags/v1") == 0
     assert verify(f"{repo}/.github/workflows/other.yml", "refs/tags/v1") == 1  # a foreign signer
     assert verify(f"{repo}/.github/workflows/release.yml", "refs/heads/main") == 1  # another ref
+
+
+def _stand_in_step(name: str) -> str:
+    import yaml
+    (step,) = yaml.safe_load((REPO / "tools/ci/act" / name / "action.yml").read_text())["runs"]["steps"]
+    return step["run"]
+
+
+def test_an_artifact_keeps_its_folders_from_the_search_paths_common_folder_and_downloads_back_in_place(tmp_path):
+    """upload-artifact roots an artifact at the least common ancestor of its search paths: release.yml's oeq-wheels
+    artifact (dist-extra/*.whl and dist-extra/variants/*.whl) keeps variants/, so that the preflight's
+    dist-extra/variants/*.whl finds them again (a flat copy left that glob empty and stopped the clean run)."""
+    work, artifacts = tmp_path / "work", tmp_path / "artifacts"
+    for rel in ("dist-extra/a.whl", "dist-extra/variants/b.whl", "dist-extra/SHA256SUMS", "dist/c.whl"):
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(rel)
+    uploads = {"oeq-wheels": "dist-extra/*.whl\ndist-extra/variants/*.whl\n", "release-files": "dist-extra/SHA256SUMS\n",
+               "wheels": "dist/*.whl"}
+    for name, paths in uploads.items():
+        env = dict(os.environ, NAME=name, PATHS=paths, IF_NONE="error", OEQ_REHEARSAL_ARTIFACTS=str(artifacts))
+        r = subprocess.run(["bash", "-c", _stand_in_step("upload-artifact")], cwd=work, env=env, capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+    laid = sorted(p.relative_to(artifacts).as_posix() for p in artifacts.rglob("*") if p.is_file())
+    assert laid == ["oeq-wheels/a.whl", "oeq-wheels/variants/b.whl", "release-files/SHA256SUMS", "wheels/c.whl"]
+    back = tmp_path / "back"
+    back.mkdir()
+    env = dict(os.environ, NAME="oeq-wheels", PATTERN="", DEST="dist-extra", MERGE="false",
+               OEQ_REHEARSAL_ARTIFACTS=str(artifacts))
+    r = subprocess.run(["bash", "-c", _stand_in_step("download-artifact")], cwd=back, env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert (back / "dist-extra" / "variants" / "b.whl").read_text() == "dist-extra/variants/b.whl"
