@@ -146,9 +146,12 @@ def parser() -> argparse.ArgumentParser:
     rc.add_argument("--keep-caches", action="store_true", help="keep the runner user's caches (default: empty them)")
     rc.add_argument("--keep", action="store_true", help="keep the rehearsal's folder (the clone, the log)")
     rc.add_argument("--hostile", nargs="*", metavar="SCENARIO",
-                    help="the last mile only, seeded with `make wheels` output, once per scenario (default: all: "
-                         "clean, native-differs, asset-altered, manual-run, pypi-other-bytes); each hostile one "
-                         "must publish nothing and say why")
+                    help="the last mile only, seeded with `make wheels` output, once per scenario (default: all, "
+                         "oeq_wheels/checks/last_mile.py); each hostile one must publish nothing and say why")
+    rc.add_argument("--seed", type=Path, default=Path("dist"), metavar="OUTDIR",
+                    help="with --hostile: the build output the scenarios start from (default: dist, `make wheels`)")
+    rc.add_argument("--record", type=Path, metavar="FILE",
+                    help="with --hostile: write the run's record there (each scenario's verdict; records/runs/)")
     rc.add_argument("--without-tests", action="store_true",
                     help="every job of release.yml but the test workflow it calls (run `make test` on its own)")
 
@@ -384,8 +387,11 @@ def say_unrecorded(what: str) -> None:
 
 def _rehearse_ci(args) -> int:
     from .checks.rehearse_ci import run, run_hostile
+    if args.record and args.hostile is None:
+        raise UsageError("rehearse-ci --record writes a hostile run's record: add --hostile")
     if args.hostile is not None:
-        return run_hostile(fresh=not args.keep_caches, keep=args.keep, only=args.hostile or None)
+        return run_hostile(fresh=not args.keep_caches, keep=args.keep, only=args.hostile or None, record=args.record,
+                           seed=args.seed.resolve())
     return run(args.job, args.python, fresh=not args.keep_caches, keep=args.keep, tests=not args.without_tests)
 
 

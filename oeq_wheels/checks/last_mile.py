@@ -7,14 +7,18 @@ recorded set; each hostile scenario must end with nothing published and the line
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import pins as pins_mod
+from .. import pins as pins_mod, proc
 from ..errors import LastMileError, OeqWheelsError
 from ..output import extra_dir, variants_dir
 from ..release import publish, recorded
+from ..files import sha256_file
 from ..release.site import release_asset_name
 
 
@@ -36,7 +40,19 @@ SCENARIOS = {s.name: s for s in (
              "NOT PUBLISHED: a workflow_dispatch run on "),
     Scenario("pypi-other-bytes", "PyPI already holds one of our file names with other bytes", "push",
              "already has 1 of our file name(s) with other bytes: "),
+    Scenario("artifact-tampered", "a PyPI wheel in the build's artifact carries injected code, its RECORD made to "
+             "match", "push", " has sha256 "),
+    Scenario("native-short", "the native aarch64 artifact lacks one of the cross-built wheels", "push",
+             "wheels: the two builds"),
+    Scenario("ambiguous-zip", "a native wheel is another wheel's bytes followed by its own (pip installs such a zip)",
+             "push", " bytes before "),
+    Scenario("older-asset-altered", "an earlier release's wheel altered at Pages time, its SHA256SUMS regenerated",
+             "push", "changed after the release"),
+    Scenario("foreign-signer", "an earlier release's wheels attested by another workflow of this repository", "push",
+             "no provenance for "),
 )}
+EARLIER = "v0.0.0"   # the earlier release the last two scenarios seed (a tag on the clone's own commit)
+SIGNER = ".github/workflows/release.yml"   # the one workflow whose attestations the doors accept
 
 
 def workflow(wf: dict) -> dict:
@@ -62,13 +78,18 @@ def workflow(wf: dict) -> dict:
     return wf
 
 
-def seed(ws: Path, scenario: Scenario, repo: Path, tag: str, pins: pins_mod.Pins) -> None:
+def seeded_wheels(dist: Path) -> list[Path]:
+    """A build's output (OUTDIR, OUTDIR-extra, OUTDIR-extra/variants; `make wheels`: dist/): what every scenario
+    seeds."""
+    return sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl")) + \
+        sorted(variants_dir(extra_dir(dist)).glob("*.whl"))
+
+
+def seed(ws: Path, scenario: Scenario, dist: Path, tag: str, pins: pins_mod.Pins) -> None:
     """The rehearsal's folders as the scenario finds them: the seeded build, the artifacts the build's comparison
     takes, and whatever is already published."""
-    dist = repo / "dist"
-    wheels = sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl")) + \
-        sorted(variants_dir(extra_dir(dist)).glob("*.whl"))
-    record = recorded.load(repo / recorded.RELATIVE)
+    wheels = seeded_wheels(dist)
+    record = recorded.load(ws / "clone" / recorded.RELATIVE)   # the set of the tree under test
     try:
         record.refuse_incomplete(wheels, "rehearse the last mile with them")
     except OeqWheelsError as exc:
@@ -84,6 +105,15 @@ def seed(ws: Path, scenario: Scenario, repo: Path, tag: str, pins: pins_mod.Pins
         shutil.copy(w, native)
     if scenario.name == "native-differs":
         _altered(native / aarch64[0].name)
+    if scenario.name == "native-short":
+        (native / aarch64[-1].name).unlink()
+    if scenario.name == "ambiguous-zip":
+        target = native / aarch64[0].name
+        target.write_bytes(aarch64[-1].read_bytes() + target.read_bytes())
+    if scenario.name == "artifact-tampered":
+        _injected(seeded / "dist" / sorted(dist.glob("*.whl"))[0].name)
+    if scenario.name in ("older-asset-altered", "foreign-signer"):
+        _earlier_release(ws, wheels, pins, scenario.name)
     if scenario.name == "asset-altered":
         assets = ws / "github" / "releases" / tag / "assets"
         assets.mkdir(parents=True)
@@ -98,8 +128,61 @@ def seed(ws: Path, scenario: Scenario, repo: Path, tag: str, pins: pins_mod.Pins
 
 
 def _altered(path: Path) -> None:
-    """Other bytes under the same name: one byte appended (a zip reader still opens it)."""
-    path.write_bytes(path.read_bytes() + b"\0")
+    """Other bytes under the same name, still a well-formed wheel: its first member's timestamp moved (every member
+    and RECORD unchanged), as a build of other tools would differ."""
+    _rezip(path, lambda i, info, data: (info if i else _moved(info), data))
+
+
+def _moved(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
+    y, *rest = info.date_time
+    moved = zipfile.ZipInfo(info.filename, (y + 1, *rest))
+    moved.compress_type, moved.external_attr = info.compress_type, info.external_attr
+    return moved
+
+
+def _injected(path: Path) -> None:
+    """A hostile uploader's wheel: a module added to the first package, listed in RECORD with its own sha256."""
+    code = b"import os\nos.system('echo owned')\n"
+    with zipfile.ZipFile(path) as zf:
+        package = next(n.split("/")[0] for n in zf.namelist() if "/" in n and ".dist-info/" not in n)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b"=").decode()
+    extra = f"{package}/_injected.py"
+
+    def edit(i, info, data):
+        if info.filename.endswith(".dist-info/RECORD"):
+            data = f"{extra},sha256={digest},{len(code)}\n".encode() + data
+        return info, data
+    _rezip(path, edit, extra=(extra, code))
+
+
+def _rezip(path: Path, edit, extra: tuple[str, bytes] | None = None) -> None:
+    out = path.with_name(path.name + ".new")
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
+        if extra:
+            zout.writestr(extra[0], extra[1])
+        for i, info in enumerate(zin.infolist()):
+            zout.writestr(*edit(i, info, zin.read(info)))
+    out.replace(path)
+
+
+def _earlier_release(ws: Path, wheels: list[Path], pins: pins_mod.Pins, name: str) -> None:
+    """An earlier release, tagged EARLIER on the clone's commit (its recorded set is today's), every wheel an asset
+    under the name GitHub gives it with its SHA256SUMS, each attested by release.yml at its tag; then the scenario's
+    change: one wheel altered with SHA256SUMS regenerated over it, or every attestation made by another workflow."""
+    proc.run(["git", "-C", str(ws / "clone"), "tag", EARLIER], check=True, capture_output=True)
+    assets = ws / "github" / "releases" / EARLIER / "assets"
+    assets.mkdir(parents=True)
+    for w in wheels:
+        shutil.copy(w, assets / release_asset_name(w.name))
+    signer = f"{pins.repository}/{SIGNER}" if name != "foreign-signer" else \
+        f"{pins.repository}/.github/workflows/other.yml"
+    rows = [f"{sha256_file(a)} {signer} refs/tags/{EARLIER} {a.name}\n" for a in sorted(assets.iterdir())]
+    (ws / "github" / "attested.txt").write_text("".join(rows))
+    if name == "older-asset-altered":
+        _altered(sorted(assets.glob("openequivariance-*.whl"))[0])
+    # SHA256SUMS as the release job writes it (each wheel's own name), over the assets as they are now
+    (assets / "SHA256SUMS").write_text("".join(f"{sha256_file(assets / release_asset_name(w.name))}  {w.name}\n"
+                                               for w in sorted(wheels, key=lambda w: w.name)))
 
 
 def published(ws: Path, before: dict[str, bytes]) -> list[str]:

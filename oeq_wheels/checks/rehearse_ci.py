@@ -36,7 +36,7 @@ from .. import pins as pins_mod
 from ..inputs import pythons
 from ..errors import CIRehearsalError
 from ..progress import say
-from . import hosts, last_mile
+from . import hosts, last_mile, run_records
 from ..release import recorded as recorded_mod
 from ..errors import Refused
 
@@ -333,10 +333,10 @@ def slice_line(count: int, python: str) -> str:
             f"for CPython {python}")
 
 
-def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: dict) -> int:
+def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: dict, verdicts: list | None = None) -> int:
     """0 when the scenario ended as it must: the clean run published the recorded set; a hostile one published
-    nothing, and the log holds its one line naming the file and why."""
-    problems = []
+    nothing, and the log holds its one line naming the file and why. verdicts: each scenario's verdict, appended."""
+    problems, said = [], ""
     out = last_mile.published(ws, before)
     if scenario.refusal:
         lines = [line.strip() for line in text.splitlines() if scenario.refusal in line]
@@ -345,34 +345,53 @@ def _judge(scenario: last_mile.Scenario, rc: int, text: str, ws: Path, before: d
         if not lines:
             problems.append(f"no line in act's log says {scenario.refusal!r}")
         else:
-            say(f"rehearse-ci: {scenario.name}: refused: {lines[0][-400:]}")
+            said = lines[0][-400:]
+            say(f"rehearse-ci: {scenario.name}: refused: {said}")
     else:
         problems += [f"act exited {rc}"] if rc else []
         problems += check_published(ws, recorded_mod.load(ws / "clone" / "records" / "release.json"), complete=True)
         if not (ws / "pages" / "site").is_dir():
             problems.append("no site was deployed")
+        said = "published the recorded set: PyPI, the release, the site"
     for p in problems:
         say(f"rehearse-ci: {scenario.name}: FAIL: {p}")
     say(f"rehearse-ci: scenario {scenario.name}: {'NOT as expected' if problems else 'as expected'} (act exit {rc})")
+    if verdicts is not None:
+        verdicts.append({"scenario": scenario.name, "what": scenario.what, "ok": not problems,
+                         "result": "as expected" if not problems else "NOT as expected", "act_exit": rc,
+                         "published": out, "line": said, "problems": problems})
     return 1 if problems else 0
 
 
-def run_hostile(fresh: bool = True, keep: bool = False, only: list[str] | None = None) -> int:
+def run_hostile(fresh: bool = True, keep: bool = False, only: list[str] | None = None,
+                record: Path | None = None, seed: Path = REPO / "dist") -> int:
     """The last mile under act, once per scenario (checks/last_mile.py): the clean run publishes exactly the recorded
-    set; each hostile one publishes nothing and says why in one line. Returns 1 when any scenario does otherwise."""
+    set; each hostile one publishes nothing and says why in one line. Returns 1 when any scenario does otherwise.
+    record: the run's record there (checks/run_records.py: each scenario's verdict, the seeded wheels' sha256s);
+    seed: the build output every scenario starts from (`make wheels`: dist/)."""
     names = only or list(last_mile.SCENARIOS)
     unknown = sorted(set(names) - set(last_mile.SCENARIOS))
     if unknown:
         raise CIRehearsalError(f"no scenario {', '.join(unknown)}; choose from {', '.join(last_mile.SCENARIOS)}")
+    commit = run_records.checkout_commit() if record else ""
+    verdicts: list[dict] = []
     failed = [n for i, n in enumerate(names)
-              if run(fresh=fresh and i == 0, keep=keep, scenario=last_mile.SCENARIOS[n]) != 0]
+              if run(fresh=fresh and i == 0, keep=keep, scenario=last_mile.SCENARIOS[n], verdicts=verdicts, seed=seed) != 0]
     say(f"rehearse-ci: hostile: {len(names) - len(failed)} of {len(names)} scenario(s) as expected"
         + (f"; NOT as expected: {', '.join(failed)}" if failed else ""))
+    if record:
+        machine = {"device": "none (act on this host: release.yml's last mile, GitHub's services stood in for)",
+                   "python": sys.version.split()[0],
+                   "act": proc.run([act_binary(), "--version"], capture_output=True, text=True).stdout.strip()}
+        run_records.write(record, "make rehearse-ci REHEARSE_CI_FLAGS=\"" + " ".join(sys.argv[2:]) + "\"", commit,
+                          machine, last_mile.seeded_wheels(seed), not failed, {"cases": verdicts}, [])
+        say(f"rehearse-ci: wrote the run record {record}")
     return 1 if failed else 0
 
 
 def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = True, keep: bool = False,
-        tests: bool = True, scenario: last_mile.Scenario | None = None) -> int:
+        tests: bool = True, scenario: last_mile.Scenario | None = None, verdicts: list | None = None,
+        seed: Path = REPO / "dist") -> int:
     """Run release.yml (which calls test.yml) under act; jobs: only these (act -j, with their needs); python: the
     narrow slice (narrow()) for that CPython; scenario: the last mile, seeded and judged (last_mile.py). Returns
     act's exit status, or 1 when what was published is not the recorded bytes (or not what the scenario expects)."""
@@ -412,7 +431,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
         for d in ("artifacts", "github", "pages", "pypi", "standin-cache"):
             (ws / d).mkdir()
         if scenario:
-            last_mile.seed(ws, scenario, REPO, tag, pins)
+            last_mile.seed(ws, scenario, seed, tag, pins)
         before = last_mile.snapshot(ws)
         if os.geteuid() == 0:
             proc.run(["chown", "-R", f"{user}:", str(ws), str(home / ".cache")], check=True)
@@ -459,7 +478,7 @@ def run(jobs: list[str] | None = None, python: str | None = None, fresh: bool = 
                 rc = child.wait()
         if scenario:
             shutil.copyfile(log, _last_log().with_name(f"last-mile-{scenario.name}.log"))
-            res = _judge(scenario, rc, log.read_text(), ws, before)
+            res = _judge(scenario, rc, log.read_text(), ws, before, verdicts)
             keep = keep or res != 0  # a scenario not as expected keeps its folder (the log, what was published)
             return res
         if rc != 0:

@@ -240,3 +240,12 @@ def dispatch_set(tmp_path_factory, cache) -> tuple[Path, pins_mod.Pins]:
     with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
         _rows, pins = build_with_pins(dispatch_pins(tmp), tmp / "dist", ["3.11", "3.12"], cache, ["x86_64"])
     return tmp / "dist", pins
+
+
+@pytest.fixture(scope="module")
+def release_set(tmp_path_factory, cache):
+    """The full pinned set, as `make wheels` builds it (per module: big_disk modules run one at a time)."""
+    out = tmp_path_factory.mktemp("release") / "dist"
+    rows, failures = build.run(build.Options(out, cache=cache))
+    assert not failures, failures
+    return out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from support import REPO
-from oeq_wheels import build, pins as P
+from oeq_wheels import pins as P
 from oeq_wheels.release import publish, recorded, site
 from oeq_wheels.checks import hosts, installmatrix
 from oeq_wheels.output import extra_dir, variants_dir
@@ -17,15 +17,6 @@ from oeq_wheels.output import extra_dir, variants_dir
 from support.uploads import UPLOAD_PASSWORD as PASSWORD
 
 pytestmark = pytest.mark.big_disk  # multi-GB trees for a while: one unit with the others like it (tests/support/plugin.py)
-
-
-@pytest.fixture(scope="module")
-def release_set(tmp_path_factory, cache):
-    """The full pinned set, as `make wheels` builds it."""
-    out = tmp_path_factory.mktemp("release") / "dist"
-    rows, failures = build.run(build.Options(out, cache=cache))
-    assert not failures, failures
-    return out
 
 
 def owner_env(home: Path, cache) -> dict:
