@@ -56,9 +56,10 @@ def test_two_bootstraps_at_once_make_the_tools_venv_once(tmp_path):
     base.write_text(f"""#!/bin/sh
 case "$1" in
   -c) exit 0 ;;
+  -I) [ "$3" = -c ] && echo "$0"; exit 0 ;;  # its real path when found; the venv check passes
   -m) [ "$2" = venv ] || exit 2
       mkdir -p "$3/bin"
-      printf '#!/bin/sh\\nsleep 1; echo pip >> {tmp_path}/installs.log\\n' > "$3/bin/python"
+      printf '#!/bin/sh\\n[ "$2 $3" = "pip install" ] || exit 0; sleep 1; echo pip >> {tmp_path}/installs.log\\n' > "$3/bin/python"
       chmod +x "$3/bin/python" ;;
 esac
 """)
