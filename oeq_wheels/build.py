@@ -26,7 +26,7 @@ from .errors import BuildError, Interrupted, OeqWheelsError, UsageError
 from .ext import product as ext_product
 from .oeq import product as oeq_product
 from .files import default_cache, sweep_stale
-from .output import extra_dir, variants_dir
+from .output import extra_dir
 from .product import Compile, Part, Product, Run
 from .stop import stop_if_cancelled
 from .progress import Stage, say, table, warn
@@ -239,7 +239,6 @@ def run(options: Options) -> tuple[list[dict], dict[str, str]]:
     # Before the toolchain, whose root may download: an OUTDIR that cannot be written is one line, nothing fetched.
     outdir = prepare_outdir(options.outdir)
     extra = prepare_outdir(extra_dir(outdir))
-    prepare_outdir(variants_dir(extra))
     make, which = toolchain_maker(pins, options.toolchain, cache)
     say(f"oeq-wheels: toolchain: {which}")
     toolchains, arch_notes = select_arches(pins, options.arches, make)
@@ -255,7 +254,7 @@ def run(options: Options) -> tuple[list[dict], dict[str, str]]:
         f"({'; '.join(t.version for t in toolchains.values())}), {jobs} jobs, cache {cache}")
     for note in arch_notes:
         say(f"oeq-wheels: NOTE: {note}")
-    sweep_stale(outdir, extra, variants_dir(extra), cache / "extract", cache / "extract" / "blobs")  # what killed runs left
+    sweep_stale(outdir, extra, cache / "extract", cache / "extract" / "blobs")  # what killed runs left
     with Stage("all", "fetch") as st:
         files = fetch.ensure(the_plan.inputs, cache, say, stage=st)
     objects = tc.ObjectCache(cache / "objects", toolchain, jobs)

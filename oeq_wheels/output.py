@@ -2,8 +2,7 @@
 
 OUTDIR holds distributions for PyPI only, so that `twine upload OUTDIR/*` is right;
 everything else (binary openequivariance wheels, reports, SHA256SUMS, the index) goes
-to OUTDIR-extra beside it, and the OEq lines' PEP 825 variant wheels to OUTDIR-extra/variants
-(their names end in a label that tools reading OUTDIR-extra/*.whl as ordinary wheels refuse).
+to OUTDIR-extra beside it.
 """
 from __future__ import annotations
 
@@ -24,11 +23,6 @@ _placed_guard = threading.Lock()
 def extra_dir(outdir: Path) -> Path:
     outdir = Path(outdir)
     return outdir.parent / f"{outdir.name}-extra"
-
-
-def variants_dir(extra: Path) -> Path:
-    """Where a build's variant wheels go (oeq/variants.py): beside the lines' wheels, not among them."""
-    return Path(extra) / "variants"
 
 
 def placed() -> list[Path]:

@@ -383,7 +383,7 @@ def record_sha256(wheel: Path) -> str:
 def derived_lines(pins: pins_mod.Pins) -> list[str]:
     """README's lines made from pins: the users' install commands and FastMACE's (tests/unit/test_install_lines.py holds
     README to them)."""
-    return [*install_lines.ours(pins), *install_lines.variants(pins), *install_lines.fastmace(pins)]
+    return [*install_lines.ours(pins), *install_lines.fastmace(pins)]
 
 
 def rewrite_derived(text: str, before: list[str], after: list[str]) -> str:

@@ -26,29 +26,26 @@ from .stable import DISPATCH_VERSION
 def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine | None = None,
                       sdist_root: Path | None = None, cuda_root: Path | None = None,
                       forbidden_paths: list[str] | None = None, twine: bool = True,
-                      memo_dir: Path | None = None, variant: bool = False, cache: Path | None = None) -> Verdict:
-    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist; a
-    PEP 825 variant wheel (oeq/variants.py) against the line its label and platform name, as that line's wheel under
-    the variants release's version, its variant.json the one the pins give that line. cache: where the sdist and the
-    line's NVIDIA wheels are fetched when not given (None: the default cache; a build passes its own)."""
+                      memo_dir: Path | None = None, cache: Path | None = None) -> Verdict:
+    """Check a binary openequivariance wheel against the pins of its line (by its version) and the pinned sdist.
+    cache: where the sdist and the line's NVIDIA wheels are fetched when not given (None: the default cache; a build
+    passes its own)."""
     from fastmace_oeq_ext.decision import OEQ_STABLE_MARKER
 
     from ..inputs import fetch, unpack
     from ..files import default_cache
-    from . import variants, wheel as oeqpy
-    kw = dict(sdist_root=sdist_root, cuda_root=cuda_root, forbidden_paths=forbidden_paths, twine=twine,
-              memo_dir=memo_dir, cache=cache)
-    base, label = split_variant(wheel.name)
-    if label is not None and not variant:
-        return _verify_variant(wheel, base, label, p, line, kw)
+    from . import wheel as oeqpy
     v = Verdict(wheel)
+    if split_variant(wheel.name)[1] is not None:  # PEP 825: the one build serves every CUDA torch, it has no variants
+        v.problems.append(f"{wheel.name} is a wheel variant; the pins build openequivariance without variants")
+        return v
     opened = open_wheel(wheel, v)
     if opened is None:
         return v
     name, version, tag, files = opened
     ob = line or p.line_of(version, tag_arch(tag.platform))
-    of_version = line if variant else p.line_of(version)  # any architecture's build of the version
-    line_version = (lambda l: variants.release_version(p)) if variant else (lambda l: l.version(p.oeq.version))
+    of_version = p.line_of(version)  # any architecture's build of the version
+    line_version = lambda l: l.version(p.oeq.version)  # noqa: E731
     want = list(dict.fromkeys(line_version(l) for l in ([line] if line else p.oeq_lines)))
     if name != "openequivariance" or of_version is None or (line and version != line_version(line)):
         v.problems.append(f"wheel is {name} {version}, pins build openequivariance {' or '.join(want)}")
@@ -80,11 +77,6 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
     dispatch = f"{extlib}/{ob.dispatch_library}"
     expected = set(tree) | {module, aoti} | ({dispatch} if ob.dispatch else set()) | {f"{info}/{f}" for f in ("METADATA", "WHEEL", "RECORD",
                                                                      "licenses/LICENSE", OEQ_BUILD_FILE)}
-    if variant:  # its one variant, as the pins give the line (the label, the JSON and the build record agree)
-        expected.add(f"{info}/{variants.FILE_NAME}")
-        if files.get(f"{info}/{variants.FILE_NAME}") != variants.wheel_json(p, ob):
-            v.problems.append(f"{variants.FILE_NAME} is not the {variants.label(ob)} variant the pins give the "
-                              f"{ob.name} line: {files.get(f'{info}/{variants.FILE_NAME}', b'(none)')[:200]!r}")
     accounted(v, v.facts.pop("names"), expected)
     changed = sorted(a for a, src in tree.items() if a in files and files[a] != src.read_bytes())
     if changed:
@@ -133,30 +125,6 @@ def verify_oeq_binary(wheel: Path, p: pins_mod.Pins, *, line: pins_mod.OeqLine |
         v.facts["abi3audit"] = said["said"]
         v.problems += said["problems"]
     audit_and_twine(v, wheel, tag, p, twine, memo_dir)
-    return v
-
-
-def _verify_variant(wheel: Path, base: str, label: str, p: pins_mod.Pins, line: pins_mod.OeqLine | None,
-                    kw: dict) -> Verdict:
-    """A variant wheel's gate: the line its label and platform name (the module's CUDA libraries are checked against
-    that line's), the whole gate run on a copy under the name without the label (auditwheel and twine read a wheel's
-    tags from its name and know no label); the bytes are the same."""
-    import shutil
-    import tempfile
-
-    from . import variants
-    ob = variants.line_of(p, wheel.name)
-    if ob is None or (line is not None and ob != line):
-        v = Verdict(wheel)
-        labels = ", ".join(f"{variants.label(l)} ({l.arch.name})" for l in p.oeq_lines)
-        v.problems.append(f"{wheel.name}: variant label {label!r} names no line built for its platform; the pins "
-                          f"give {labels}" + (f", and this build is {line.key}" if line else ""))
-        return v
-    with tempfile.TemporaryDirectory(prefix="oeq-wheels-variant-gate-") as tmp:
-        copy = Path(tmp) / base
-        shutil.copyfile(wheel, copy)
-        v = verify_oeq_binary(copy, p, line=ob, variant=True, **kw)
-    v.subject = wheel
     return v
 
 
@@ -247,7 +215,7 @@ def build_record_problems(r: OeqBuild, p: pins_mod.Pins, ob: pins_mod.OeqLine, t
                           version: str | None = None) -> list[str]:
     entry = file_entry
     want = {"package": "openequivariance", "version": version or ob.version(p.oeq.version), "oeq_sdist": entry(p.oeq),
-            "torch_min": ob.torch_min, "cuda_major": ob.cuda_major, "built_against": entry(ob.torch),
+            "torch_min": ob.torch_min, "cuda_majors": ob.cuda_majors, "built_against": entry(ob.torch),
             "python_tag": tag.interpreter, "platform_tag": tag.platform, "nanobind": entry(ob.nanobind),
             "cuda_wheels": tuple(entry(n) for n in ob.nvidia)}
     out = field_differences("build record", r, want, files=("oeq_sdist", "built_against", "nanobind"),
@@ -316,19 +284,21 @@ def dispatch_exports(data: bytes) -> set[str]:
 
 
 def oldest_cuda_libraries(p: pins_mod.Pins, ob: pins_mod.OeqLine, cache: Path | None) -> dict[str, dict[str, Path]]:
-    """By CUDA major, the oldest pinned library of each soname the dispatch library may bind: every line's NVIDIA
-    wheels of that major, for the wheel's architecture where pinned, else x86_64's (the exports are the same)."""
+    """By CUDA major, the oldest pinned library of each soname the dispatch library may bind: the NVIDIA wheels of that
+    major that a build of the pins reads, the wheel's architecture's where pinned, else another's (the exports are
+    the same)."""
     from ..files import default_cache
     from ..inputs import fetch, unpack
     cache = cache or default_cache()
+    by_major: dict[str, pins_mod.OeqLine] = {}
+    for line in sorted(p.oeq_lines, key=lambda l: l.arch.name != ob.arch.name):  # the wheel's architecture first
+        by_major.setdefault(line.cuda_major, line)
     out: dict[str, dict[str, Path]] = {}
-    for name in p.line_names:
-        builds = p.line_builds(name)
-        line = next((l for l in builds if l.arch.name == ob.arch.name), builds[0])
+    for major, line in by_major.items():
         got = fetch.ensure(list(line.nvidia), cache)
         root = unpack.cuda_tree([(n, got[n.file]) for n in line.nvidia], cache)
         for soname in line.cuda_sonames():
-            out.setdefault(line.cuda_major, {})[soname] = _wheel_lib(root, line.cuda_major, soname)
+            out.setdefault(major, {})[soname] = _wheel_lib(root, major, soname)
     return out
 
 
@@ -338,6 +308,8 @@ def dispatch_problems(bound: set[str], oldest: dict[str, dict[str, Path]]) -> li
     out = []
     if not bound:
         out.append(f"exports no CUDA function under {DISPATCH_VERSION}")
+    out += [f"cannot check CUDA {m}: pins.toml pins no NVIDIA wheels of it" for m in pins_mod.DISPATCH_MAJORS
+            if m not in oldest]
     for major, libs in sorted(oldest.items()):
         for stem in CUDA_LIBRARY.values():
             soname = f"{stem}.{major}"

@@ -1,7 +1,7 @@
-"""The binary openequivariance recipe (the Product protocol, oeq_wheels/product.py): per OEq line (a CUDA line on
-one architecture) its stable extension's Python-independent part once (the AOTI library and the link stubs), then
-per CPython the module, one wheel of the unmodified sdist with both libraries, and the same build as a PEP 825
-variant (oeq/variants.py); each gated and placed beside the line's others (OUTDIR-extra)."""
+"""The binary openequivariance recipe (the Product protocol, oeq_wheels/product.py): per OEq line (on one
+architecture) its stable extension's Python-independent part once (the AOTI library, the link stubs and the CUDA
+dispatch library), then per CPython the module and one wheel of the unmodified sdist with those libraries; each gated
+and placed beside the line's others (OUTDIR-extra)."""
 from __future__ import annotations
 
 import os
@@ -16,10 +16,10 @@ from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
 from .. import pins as pins_mod, tags, toolchain as tc, wheelfile
 from ..files import sha256_file
 from ..inputs import pythons, unpack
-from ..output import extra_dir, variants_dir
+from ..output import extra_dir
 from ..product import Compile, Part, Run, Wheel, checked_torch, entry, proven_platform, verify_and_place
 from ..progress import Stage
-from . import stable, variants, wheel as oeqpy
+from . import stable, wheel as oeqpy
 from .gate import verify_oeq_binary
 
 NAME = "openequivariance"
@@ -165,7 +165,7 @@ def build(run: Run, lb: LineBuild, interp: pythons.Interpreter) -> list[dict]:
                                        run.verdicts, ob.arch.platform_tag)
         record = OeqBuild(
             package="openequivariance", version=version, oeq_sdist=entry(p.oeq), torch_min=ob.torch_min,
-            cuda_major=ob.cuda_major, built_against=entry(ob.torch), python_tag=py_tag, platform_tag=platform,
+            cuda_majors=ob.cuda_majors, built_against=entry(ob.torch), python_tag=py_tag, platform_tag=platform,
             files=tuple(FileHash(f"{oeqpy.EXTLIB}/{n}", sha256_file(f)) for n, f in sorted(libs.items())),
             cuda_wheels=tuple(entry(n) for n in ob.nvidia), nanobind=entry(ob.nanobind), compiler=lb.toolchain.version)
         with Stage(who, "wheel", timings):
@@ -178,11 +178,4 @@ def build(run: Run, lb: LineBuild, interp: pythons.Interpreter) -> list[dict]:
                                             memo_dir=run.verdicts, forbidden_paths=run.forbidden, cache=run.cache)
         gates = ("ELF, RECORD, auditwheel, twine check, sdist tree, CUDA symbols, stable ABI"
                  + (", abi3audit" if abi3 else "") + (", free-threaded" if ob.free_threaded(interp.version) else ""))
-        row = verify_and_place(who, whl, check, gates, outdir, run.force, platform, timings, interp)
-        # The same build as a PEP 825 variant of the one release of every line (oeq/variants.py), beside the others.
-        vtimings: dict = {}
-        with Stage(who, "variant", vtimings):
-            variant = variants.make(whl, ob, p, tmp / "variant")
-        vrow = verify_and_place(f"{who}-{variants.label(ob)}", variant, check, gates + ", variant.json",
-                                variants_dir(outdir), run.force, platform, vtimings, interp)
-        return [row, vrow]
+        return [verify_and_place(who, whl, check, gates, outdir, run.force, platform, timings, interp)]

@@ -9,10 +9,9 @@ from ..pins import Pins
 
 def release_plan(pins: Pins) -> dict[str, str]:
     """GitHub Actions outputs (name -> value): `pythons`, a JSON list of the release matrix's CPythons;
-    `x86_64_torches`, fastmace-oeq-ext's torch and each other CUDA line's floor (`--torch` of install-matrix);
-    `aarch64_torches`, the floor of each aarch64 line."""
-    x86 = [pins.matrix.torch_version] + [l.tested_torch[0] for l in pins.oeq_lines
-                                         if l.arch.name == "x86_64" and l.cuda_major != pins.matrix.cuda_major]
+    `x86_64_torches`, fastmace-oeq-ext's torch and each x86_64 line's floor (the one line's: CUDA 12.8's 2.10.0;
+    `--torch` of install-matrix); `aarch64_torches`, the floor of each aarch64 line."""
+    x86 = [pins.matrix.torch_version] + [l.tested_torch[0] for l in pins.oeq_lines if l.arch.name == "x86_64"]
     arm = [l.tested_torch[0] for l in pins.oeq_lines if l.arch.name == "aarch64"]
     return {"pythons": json.dumps(list(pins.matrix.pythons)),
             "x86_64_torches": ",".join(dict.fromkeys(x86)),

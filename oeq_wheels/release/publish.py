@@ -23,8 +23,7 @@ from ..errors import Refused, ReleaseError, UsageError
 from ..files import sha256_file, write_atomic
 from ..gate import verify_any
 from ..tags import tag_arch
-from ..oeq import variants
-from ..output import extra_dir, variants_dir
+from ..output import extra_dir
 from . import recorded
 
 
@@ -200,16 +199,9 @@ def check_set(outdir: Path, pins: pins_mod.Pins) -> tuple[list[Path], list[Path]
         pythons = line.pythons  # the line's own CPythons: a release torch without one does not narrow them
         problems += _check_set(by_line[line.key], line.version(pins.oeq.version), pythons,
                                f"openequivariance {line.name} {line.arch.name}")
-    # Each line wheel's PEP 825 variant (OUTDIR-extra/variants: oeq/variants.py), exactly one each.
-    varied = sorted(variants_dir(extra).glob("*.whl")) if variants_dir(extra).is_dir() else []
-    want = {variants.variant_name(pins, w.name) for w in oeq} - {None} if pins.variants else set()
-    have = {w.name for w in varied}
-    problems += [f"{variants_dir(extra)}/{n} is no pinned line wheel's variant; remove it" for n in sorted(have - want)]
-    problems += [f"incomplete variants: no {n} in {variants_dir(extra)} (build them: make wheels)"
-                 for n in sorted(want - have)]
     if problems:
         raise ReleaseError("refusing to publish: " + "; ".join(problems))
-    return ours, oeq + sorted(served_ext) + varied
+    return ours, oeq + sorted(served_ext)
 
 
 def write_sha256sums(wheels: list[Path], where: Path) -> Path:
@@ -254,8 +246,7 @@ def publish(outdir: Path, repository: str | None, dry_run: bool, pins: pins_mod.
               f"{', '.join(w.name for w in same)}")
     if dry_run:
         print(f"dry run: would upload {len(ours)} {pins.package_name} wheel(s) to {target}; "
-              f"the {len(oeq)} served wheel(s) (openequivariance, its lines' {pins.package_name} and the lines' "
-              "wheel variants) go to the "
+              f"the {len(oeq)} served wheel(s) (openequivariance and its lines' {pins.package_name}) go to the "
               "GitHub release and its site only"
               + ("" if index else " (files already on the index are checked at upload time, or with --check-index)"))
         return 0

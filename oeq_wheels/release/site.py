@@ -1,18 +1,17 @@
-"""The binary OpenEquivariance index as a static site: what GitHub Pages serves, one index per CUDA line.
+"""The binary OpenEquivariance index as a static site: what GitHub Pages serves, one index for every CUDA torch.
 
 SITE/
-  index.html                               the install line of each CUDA line
+  index.html                               the install line
   .nojekyll                                Pages serves every file as it is
   SHA256SUMS                               every file under files/
   files/<wheel>                            each wheel under its exact file name ('+' included)
   files/<wheel>.metadata                   its METADATA (PEP 658/714: resolvers read it, not the wheel)
-  <line>/simple/index.html                 PEP 503 project list (line: cu130, cu128)
-  <line>/simple/openequivariance/          PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
-  <line>/simple/fastmace-oeq-ext/          the same for the fastmace-oeq-ext build that names this line's OEq
-  <line>/links.html                        a flat page for `--find-links`
-  variants/simple/openequivariance/        every line's build as a PEP 825 variant of one release (oeq/variants.py):
-                                           its wheels and `openequivariance-<version>-variants.json` (files/), for
-                                           uv with --preview-features wheel-variants (pip skips variant wheels)
+  simple/index.html                        PEP 503 project list (a line's index: pins.toml's `index`)
+  simple/openequivariance/                 PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
+  simple/fastmace-oeq-ext/                 the same for the fastmace-oeq-ext build that names the line's OEq
+  links.html                               a flat page for `--find-links`
+  cu130/simple/, cu128/simple/, variants/simple/ (and cu130/links.html, ...): the same index at the URLs of the lines
+                                           it replaced (pins.toml's `also_at`), so that a copied URL keeps working
 
 Why the wheels live on the site and not behind release-asset links: GitHub renames release
 assets whose names hold characters outside letters, digits, '.', '-' and '_' (the REST docs,
@@ -48,8 +47,6 @@ from ..files import sha256_file
 from ..gate_common import python_of
 from . import recorded
 from .recorded import release_asset_name
-from ..oeq import variants
-from ..output import variants_dir
 
 PROJECT = "openequivariance"
 
@@ -83,7 +80,7 @@ def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded
     trusted: an asset of a served line that the set does not record (other bytes under a recorded name, a SHA256SUMS
     regenerated to match, a file added later) refuses the whole site, naming it; nothing is laid out."""
     by_sha = {h: n for n, h in record.wheels.items()}
-    wanted = {h: n for h, n in by_sha.items() if line_of_file(n, pins) or variants.line_of(pins, n)}
+    wanted = {h: n for h, n in by_sha.items() if line_of_file(n, pins)}
     found: dict[str, Wheel] = {}
     # The wheels first, so that a changed one is named as itself; SHA256SUMS last.
     for f in sorted(directory.iterdir(), key=lambda f: (f.name == "SHA256SUMS", f.name)):
@@ -116,10 +113,8 @@ def from_release(directory: Path, pins: pins_mod.Pins, record: recorded.Recorded
 
 
 def from_outdir(extra: Path, pins: pins_mod.Pins) -> list[Wheel]:
-    """The OEq wheels of a build's OUTDIR-extra, under their own names, and its variant wheels (OUTDIR-extra/variants)."""
-    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if line_of_file(w.name, pins)] + \
-        [Wheel(w, w.name, sha256_file(w)) for w in sorted(variants_dir(extra).glob("*.whl"))
-         if variants.line_of(pins, w.name)]
+    """The OEq wheels of a build's OUTDIR-extra, under their own names."""
+    return [Wheel(w, w.name, sha256_file(w)) for w in sorted(extra.glob("*.whl")) if line_of_file(w.name, pins)]
 
 
 def _merge(wheels: list[Wheel]) -> list[Wheel]:
@@ -156,8 +151,15 @@ def _page(title: str, body: str) -> str:
 
 def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: dict[str, bytes],
                 names: tuple[str, ...]) -> None:
-    simple = site / line.name / "simple"
-    files_rel = "../../../files/"   # from <line>/simple/<project>/
+    """The line's index at each folder that serves it (OeqLine.index_paths), the same pages linking the same files."""
+    for folder in line.index_paths:
+        _write_index(site, folder, wheels, meta, names)
+
+
+def _write_index(site: Path, folder: str, wheels: list[Wheel], meta: dict[str, bytes], names: tuple[str, ...]) -> None:
+    simple = site / folder
+    depth = len(Path(folder).parts)
+    files_rel = "../" * (depth + 1) + "files/"   # from <folder>/<project>/
     served, all_anchors = [], []
     for project in names:
         mine = [w for w in wheels if canonicalize_name(parse_wheel_filename(w.name)[0]) == project]
@@ -189,26 +191,10 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
                                                                      for p in served)))
     (simple / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"},
                                                    "projects": [{"name": p} for p in served]}, indent=1) + "\n")
-    flat = "".join(f'<a href="../files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}</a><br/>\n'
-                   for href, w, _md, _rp in all_anchors)
-    (site / line.name / "links.html").write_text(_page(f"{line.name} wheels", flat))
-
-
-def _write_variants(site: Path, wheels: list[Wheel], name: str, doc: bytes) -> None:
-    """variants/simple/: the variant wheels of every line and the release's variants JSON (name, doc), linked as
-    PEP 825 asks (beside the wheels, with its sha256). No PEP 658 metadata: uv reads a variant wheel's variant.json
-    from the wheel itself."""
-    (site / "files" / name).write_bytes(doc)
-    files_rel = "../../../files/"
-    entries = [(quote(w.name), w.sha256, w.name) for w in wheels] + \
-        [(quote(name), hashlib.sha256(doc).hexdigest(), name)]
-    proj = site / "variants" / "simple" / PROJECT
-    proj.mkdir(parents=True)
-    links = "".join(f'<a href="{html.escape(files_rel + href)}#sha256={sha}">{html.escape(n)}</a><br/>\n'
-                    for href, sha, n in entries)
-    (proj / "index.html").write_text(_page(f"Links for {PROJECT}", f"<h1>Links for {PROJECT}</h1>\n{links}"))
-    (site / "variants" / "simple" / "index.html").write_text(_page("Simple index", f'<a href="{PROJECT}/">{PROJECT}</a>'
-                                                                                  "<br/>\n"))
+    # A flat page for --find-links beside the index's folder (simple/ -> links.html; cu130/simple/ -> cu130/links.html)
+    flat = "".join(f'<a href="{"../" * (depth - 1)}files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}'
+                   '</a><br/>\n' for href, w, _md, _rp in all_anchors)
+    (simple.parent / "links.html").write_text(_page("wheels", flat))
 
 
 def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
@@ -216,17 +202,16 @@ def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     for name in pins.line_names:
         builds = pins.line_builds(name)
         line, arches = builds[0], [l.arch.name for l in builds]
-        cmds = [c for c in install_lines.ours(pins) if f"/{line.name}/simple/" in c]
-        rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
-                    f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}, Linux "
-                    f"{' and '.join(arches)}</h2>\n"
+        folder = line.index_paths[0]
+        cmds = [c for c in install_lines.ours(pins) if f"/{folder}/" in c]
+        flat = str(Path(folder).parent / "links.html").removeprefix("./")
+        also = ", ".join(f'<a href="{f}/">/{f}/</a>' for f in line.index_paths[1:])
+        rows.append(f"<h2>Every CUDA torch from {line.torch_min} on (CUDA {' and '.join(line.cuda_majors)}): "
+                    f"NVIDIA driver {html.escape(line.driver)}, Linux {' and '.join(arches)}</h2>\n"
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)
-                    + f'<p><a href="{line.name}/simple/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
-                      f'<a href="{line.name}/links.html">flat page for --find-links</a></p>\n')
-    if counts.get("variants"):
-        rows.append("<h2>Every line as a wheel variant (uv's preview: the driver picks the line)</h2>\n"
-                    + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in install_lines.variants(pins))
-                    + f'<p><a href="variants/simple/{PROJECT}/">{counts["variants"]} variant wheel(s)</a></p>\n')
+                    + f'<p><a href="{folder}/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
+                      f'<a href="{flat}">flat page for --find-links</a>'
+                    + (f"; the same index at {also}" if also else "") + "</p>\n")
     return _page(f"{PROJECT} binary wheels", "<h1>Binary OpenEquivariance wheels (no compiler needed)</h1>\n"
                  + "".join(rows) + f'<p><a href="SHA256SUMS">SHA256SUMS</a> · '
                  f'<a href="https://github.com/{html.escape(pins.repository)}">source</a></p>\n')
@@ -244,26 +229,17 @@ def write_site(site: Path, wheels: list[Wheel], pins: pins_mod.Pins) -> Path:
         files = tmp / "files"
         files.mkdir()
         meta = {}
-        variant_wheels = [w for w in wheels if variants.line_of(pins, w.name)]
         for w in wheels:
             shutil.copyfile(w.path, files / w.name)
-            if w not in variant_wheels:
-                meta[w.name] = _metadata(w.path)
-                (files / f"{w.name}.metadata").write_bytes(meta[w.name])
+            meta[w.name] = _metadata(w.path)
+            (files / f"{w.name}.metadata").write_bytes(meta[w.name])
         # One index per line, whatever the architecture: pip picks a wheel by its platform tag.
-        by_line = {n: [w for w in wheels if w not in variant_wheels and line_of_file(w.name, pins).name == n]
-                   for n in pins.line_names}
+        by_line = {n: [w for w in wheels if line_of_file(w.name, pins).name == n] for n in pins.line_names}
         for name in pins.line_names:
             _write_line(tmp, pins.line_builds(name)[0], by_line[name], meta, projects(pins))
-        sums = [(w.sha256, w.name) for w in wheels]
-        if variant_wheels:
-            name, doc = variants.index_file(pins)
-            _write_variants(tmp, variant_wheels, name, doc)
-            sums.append((hashlib.sha256(doc).hexdigest(), name))
-        (tmp / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for h, n in sums))
+        (tmp / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.name}\n" for w in wheels))
         (tmp / ".nojekyll").write_text("")
-        (tmp / "index.html").write_text(_landing(pins, {**{k: len(v) for k, v in by_line.items()},
-                                                        "variants": len(variant_wheels)}))
+        (tmp / "index.html").write_text(_landing(pins, {k: len(v) for k, v in by_line.items()}))
         old = site.with_name(f".{site.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if site.exists():
