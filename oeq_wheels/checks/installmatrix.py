@@ -58,9 +58,7 @@ out.update(gil_after_oeq=gil(), precompiled=extlib.USE_PRECOMPILED_EXTENSION, bu
            error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
            module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
            ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
-                if hasattr(torch.ops.libtorch_tp_jit, n)],
-           variant=sorted(json.loads(md.distribution("openequivariance").read_text("variant.json") or "{}")
-                          .get("variants", {})))
+                if hasattr(torch.ops.libtorch_tp_jit, n)])
 print("MATRIX " + json.dumps(out))
 """
 
@@ -70,9 +68,7 @@ class Case:
     torch: str
     installer: str
     line: pins_mod.OeqLine      # the line whose index the install is given
-    mix: bool = False           # torch of another CUDA major: a refusal is the pass
-    variant: str = ""           # from the site's variant index, the driver presented so ("env": uv's provider
-                                # override, "nvidia-smi": a stand-in on PATH): the line's variant must be chosen
+    mix: bool = False           # torch of a CUDA major the line does not serve: a refusal is the pass
     python: str = ""            # the CPython X.Y of a Debian root file system (another architecture's, emulated; or
                                 # this host's, natively: a CPython no build here has), X.Yt a free-threaded CPython
                                 # built here (inputs/freethreaded.py), else this host's
@@ -100,10 +96,7 @@ class Case:
         where = f" {self.line.arch.name} py{self.python}" if self.foreign else \
             f" py{self.python} (Debian {emulated.suite(self.line.arch, self.python)})" if self.rooted else \
             f" py{self.python} (free-threaded, built here)" if self.free_threaded else ""
-        via = {"": "", "none": " via variants (no driver)", "pip": " via variants",
-               "no preview": " via variants (no preview flag)"}.get(
-            self.variant, f" via variants (driver {self.line.cuda} by {self.variant})")
-        return self.line.name + where + (" (mix)" if self.mix else "") + via
+        return self.line.name + where + (" (mix)" if self.mix else "")
 
     @property
     def label(self) -> str:
@@ -122,10 +115,10 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
         return ["the check did not run"]
     why = []
     line = case.line
-    # A mix pairs another line with FastMACE's torch, of the release matrix's CUDA.
-    torch_major = pins.matrix.cuda_major if case.mix else line.cuda_major
-    if not check["torch"].startswith(case.torch) or not (check["cuda"] or "").startswith(torch_major + "."):
-        why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {torch_major} build of "
+    # A mix pairs a line with FastMACE's torch, of a CUDA major the line does not serve.
+    majors = (pins.matrix.cuda_major,) if case.mix else line.cuda_majors
+    if not check["torch"].startswith(case.torch) or (check["cuda"] or "").split(".")[0] not in majors:
+        why.append(f"got torch {check['torch']} (CUDA {check['cuda']}), not a CUDA {' or '.join(majors)} build of "
                    f"{case.torch or 'torch'}")
     if case.python and not check.get("python", "").startswith(case.python.removesuffix("t") + "."):
         why.append(f"ran on CPython {check.get('python')}, not {case.python}")
@@ -133,12 +126,7 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
         why.append(f"ran on a GIL build of CPython {check.get('python')}, not a free-threaded one")
     if check.get("gil_after_oeq") and not check.get("gil_after_torch"):  # CPython's RuntimeWarning alone says so
         why.append("importing OpenEquivariance turned the GIL back on (its module does not declare Py_MOD_GIL_NOT_USED)")
-    if case.variant:  # the variants release, and the variant of this line: what the driver presented asks for
-        from ..oeq import variants
-        if check["oeq_version"] != variants.release_version(pins) or check.get("variant") != [variants.label(line)]:
-            why.append(f"installed openequivariance {check['oeq_version']} variant {check.get('variant')}, not our "
-                       f"{variants.label(line)} variant of {variants.release_version(pins)}")
-    elif check["oeq_version"] != line.version(pins.oeq.version):
+    if check["oeq_version"] != line.version(pins.oeq.version):
         why.append(f"installed openequivariance {check['oeq_version']}, not our {line.name} binary wheel")
     if log.strip():
         why.append(f"a build tool was called: {log.strip()[:200]}")
@@ -147,7 +135,7 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
             why.append(f"OEq loaded an extension beside the wrong CUDA (precompiled={check['precompiled']}, "
                        f"built={check['built']})")
         lines = doctor[1].strip().splitlines() if doctor else []
-        if doctor is None or doctor[0] == 0 or not lines or f"built for CUDA {line.cuda_major}" not in lines[0]:
+        if doctor is None or doctor[0] == 0 or not lines or f"built for CUDA {' and '.join(line.cuda_majors)}" not in lines[0]:
             why.append(f"the doctor did not refuse the mix in its first line: {lines[:1] or doctor}")
         return why
     if not (check["precompiled"] and check["built"]):
@@ -345,7 +333,7 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
     cases = [Case(t, i, line, python=v) for line in pins.oeq_lines for t, v in rows(line)
              if (torches is None or t in torches) and (arches is None or line.arch.name in arches)
              for i in installers]
-    other = [l for l in pins.oeq_lines if l.cuda_major != pins.matrix.cuda_major and l.arch.name == host_arch()]
+    other = [l for l in pins.oeq_lines if not l.serves_cuda(pins.matrix.cuda_major) and l.arch.name == host_arch()]
     fastmace_torch = pins.matrix.torch_version  # the torch fastmace-oeq-ext requires
     if plain and other and (torches is None or fastmace_torch in torches) and (arches is None or host_arch() in arches):
         cases.append(Case(fastmace_torch, installers[0], other[0], mix=True))
@@ -400,7 +388,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                 # fastmace-oeq-ext: x86_64 only, for the CPythons of its matrix
                 with_fastmace = case.torch == pins.matrix.torch_version and not case.python
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
-                        f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
+                        f"{root}{case.line.index_paths[0]}/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, threaded.get(case.python, base), keep, say, with_fastmace,
                          {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None, standins)
                 say(f"{case.label}: {case.result}")

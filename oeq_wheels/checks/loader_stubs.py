@@ -21,6 +21,8 @@ from pathlib import Path
 
 from fastmace_oeq_ext.cudaflags import DRIVER_SONAME
 
+from ..pins import OeqLine
+
 from .. import proc
 from ..elf import dynamic_symbol_table, elf_facts
 from ..errors import LoaderStubError
@@ -31,6 +33,7 @@ from ..errors import LoaderStubError
 # libtriton.so, NEEDED by name and loaded by path first).
 NVIDIA = re.compile(r"lib(cu|nv|nccl)\w*\.so(\.\d+)*")
 ELF_MAGIC = b"\x7fELF"
+DISPATCH_LIBRARY = OeqLine.dispatch_library
 SYSTEM_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 
 
@@ -95,6 +98,26 @@ def _symbols(path: Path) -> tuple[dict, set]:
             {s.name for s in table if s.defined})
 
 
+def _dispatch_bound(files) -> set[str]:
+    """The CUDA functions the files' CUDA dispatch libraries (oeq/dispatch/) bind at import, by name, from the libraries
+    torch loaded: both spellings of the one the majors name differently."""
+    from ..oeq.gate import OTHER_NAME, dispatch_exports
+    bound: set[str] = set()
+    for f in files:
+        if f.name == DISPATCH_LIBRARY:
+            bound |= dispatch_exports(f.read_bytes())
+    return bound | {OTHER_NAME[n] for n in bound if n in OTHER_NAME}
+
+
+def _dispatch_libraries(bound: set[str], sonames: set[str]) -> dict[str, set[str]]:
+    """{soname: functions} the dispatch library binds from each CUDA library of the majors whose runtime is among
+    sonames (libcudart.so.N: NVRTC and cuBLAS of N too, which nothing NEEDS: it finds them beside the runtime)."""
+    from ..oeq.gate import CUDA_FUNCTION, CUDA_LIBRARY
+    majors = {n.rsplit(".", 1)[1] for n in sonames if re.fullmatch(r"libcudart\.so\.\d+", n)}
+    return {f"{stem}.{m}": {n for n in bound if CUDA_LIBRARY[CUDA_FUNCTION.match(n).group(1)] == stem}
+            for m in majors for stem in CUDA_LIBRARY.values()} if bound else {}
+
+
 def _interpreter_files(interpreter: Path) -> list[str]:
     """The interpreter's executable and, for a shared build, its libpython: what defines the Python C API."""
     r = proc.run([str(interpreter), "-c", "import os, sys, sysconfig; print(os.path.realpath(sys.executable)); "
@@ -132,6 +155,8 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
                 todo.append(found.resolve())
             elif n != DRIVER_SONAME and NVIDIA.fullmatch(n):
                 missing.add(n)
+    dispatched = _dispatch_libraries(_dispatch_bound(needs), missing)
+    missing |= set(dispatched)
     if not missing:  # an install with NVIDIA's wheels: decided from NEEDED alone, in a second or two
         return {}
     system = system_libraries(sysroot) if system is None else system
@@ -157,6 +182,9 @@ def plan(root: Path, interpreter: Path, system: dict[str, Path] | None = None,
         for n in [g for g in gone if not any(v for _t, v in out[g].values())] or gone:
             for s, tv in loose.items():
                 out[n].setdefault(s, tv)
+    for soname, names in dispatched.items():  # bound by name under the library's own version, as NVIDIA's define them
+        for n in names:
+            out[soname].setdefault(n, ("STT_FUNC", soname))
     return out
 
 
@@ -189,8 +217,9 @@ def lacking(root: Path) -> set[str]:
     files = {f: _needed(f)[0] for f in _elf_files(root)}
     wanted = {n for needed in files.values() for n in needed}
     present = {p.name for p in root.rglob("*.so*")}
-    return {n for f, needed in files.items() if f.relative_to(root).parts[0] != "nvidia" or f.name in wanted
-            for n in needed if n != DRIVER_SONAME and NVIDIA.fullmatch(n) and n not in present}
+    out = {n for f, needed in files.items() if f.relative_to(root).parts[0] != "nvidia" or f.name in wanted
+           for n in needed if n != DRIVER_SONAME and NVIDIA.fullmatch(n) and n not in present}
+    return out | {n for n in _dispatch_libraries(_dispatch_bound(files), out) if n not in present}
 
 
 def make(root: Path, interpreter: Path, out: Path, cc: str = "gcc", sysroot: Path | None = None) -> list[Path]:
