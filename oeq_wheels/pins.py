@@ -144,7 +144,7 @@ class Matrix:
 class OeqLine:
     """One binary openequivariance line: OEq's stable extension, one build for every torch of one CUDA major."""
 
-    name: str                 # cuda: the line's name in keys and logs
+    name: str                 # cu130, cu128: the line's name in keys and logs (its index: index_paths)
     local_version: str
     pythons: tuple[str, ...]
     torch: Pinned             # the oldest supported torch's wheel: headers and libraries
@@ -167,8 +167,8 @@ class OeqLine:
     # them at import to the CUDA libraries of the major torch loaded: oeq/dispatch/; one build serves CUDA 12 and 13)
     cuda_binding: str = "linked"
     dispatch_library: str = "liboeq_cuda_dispatch.so"
-    index: str = ""               # the site's folder of its index ("simple"); default: <name>/simple
-    also_at: tuple[str, ...] = ()  # more folders that serve the same index (the URLs of the lines it replaced)
+    index: str = ""                # the site's folder of its index (pins.toml `index`); default: <name>/simple
+    also_at: tuple[str, ...] = ()  # more folders serving the same index (`also_at`: the URLs of lines it replaced)
 
     @property
     def index_paths(self) -> tuple[str, ...]:
@@ -297,8 +297,9 @@ class Pins:
             raise PinsError(f"no fastmace-oeq-ext variant {variant!r}; pins.toml's oeq_variants: "
                             f"{', '.join(self.oeq_variants)}")
         if variant != "pypi" and not self.oeq_line(variant).serves_cuda(self.matrix.cuda_major):
-            raise PinsError(f"variant {variant!r} is an OEq line for CUDA {', '.join(self.oeq_line(variant).cuda_majors)}; "
-                            f"matrix {self.matrix.name!r} builds for CUDA {self.matrix.cuda}")
+            raise PinsError(f"variant {variant!r} is an OEq line for CUDA "
+                            f"{', '.join(self.oeq_line(variant).cuda_majors)}; matrix {self.matrix.name!r} builds for "
+                            f"CUDA {self.matrix.cuda}")
         return ExtVariant(self, variant)
 
     @property
@@ -351,14 +352,15 @@ class Pins:
         return f"https://{owner.lower()}.github.io/{name}/"
 
     def index_url(self, line: str) -> str:
-        """The URL of a line's index (its own folder; the lines it replaced serve it too)."""
+        """The URL of a line's index (its own folder of the site: OeqLine.index_paths)."""
         return f"{self.site_url}{self.line_builds(line)[0].index_paths[0]}/"
 
     @property
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
-        # The index of each CUDA major, which the runtime names in its fixes (one line may serve several).
+        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line;
+        # a dispatch line's index serves both majors).
         own += tuple((f"CUDA {m} index", self.index_url(n)) for n in self.line_names
                      for m in self.line_builds(n)[0].cuda_majors)
         return own + self.urls
@@ -576,12 +578,18 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
     for line_name, line_table in ob["lines"].items():
         binding = line_table.get("cuda_binding", "linked")
         if binding not in CUDA_BINDINGS:
-            raise PinsError(f"[oeq_binary.lines.{line_name}] cuda_binding = {binding!r}: one of {', '.join(CUDA_BINDINGS)}")
+            raise PinsError(f"[oeq_binary.lines.{line_name}] cuda_binding = {binding!r}: one of "
+                            f"{', '.join(CUDA_BINDINGS)}")
+        unbuilt = sorted(set(line_table.get("arch", {})) - set(line_table.get("arches", [TOP_ARCH])))
+        if unbuilt:
+            raise PinsError(f"[oeq_binary.lines.{line_name}.arch.{unbuilt[0]}]: the line's arches do not name "
+                            f"{unbuilt[0]}; add it there or remove the table")
         for arch_name in line_table.get("arches", [TOP_ARCH]):
             if arch_name not in arches:
                 raise PinsError(f"[oeq_binary.lines.{line_name}] arches names {arch_name!r}; pins.toml defines "
                                 f"[arch.NAME] for: {', '.join(arches)}")
-            # [oeq_binary.lines.X.arch.NAME]: what that architecture's build reads instead (its torch and CUDA)
+            # [oeq_binary.lines.X.arch.NAME]: what that architecture's build reads instead of the line's (its torch
+            # and CUDA headers: PyPI's oldest CUDA torch may differ by architecture)
             override = line_table.get("arch", {}).get(arch_name, {})
             ln = {**{k: v for k, v in line_table.items() if k != "arch"}, **override}
             where = f"[oeq_binary.lines.{line_name}" + (f".arch.{arch_name}]" if override else "]")

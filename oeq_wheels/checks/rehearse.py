@@ -13,7 +13,6 @@ that redirects every other project to PyPI.
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
 import sys
 import tempfile
