@@ -624,8 +624,10 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         pybind11=Pinned("pybind11", pyb["version"], pyb["file"], pyb["sha256"]),
         repository=repository,
         matrix=mat,
-        # newest CUDA first; within a line, the pins' order of architectures (x86_64 first)
-        oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in l.cuda.split(".")), reverse=True)),
+        # newest CUDA first (a line's own, not an architecture table's); within a line, the pins' order of
+        # architectures (x86_64 first: line_builds(name)[0])
+        oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in ob["lines"][l.name]["cuda"].split(".")),
+                               reverse=True)),
         oeq_variants=variants,
         consumer=consumer,
         arches=arches,

@@ -231,6 +231,7 @@ def test_an_architectures_build_of_a_line_reads_what_its_arch_table_says(tmp_pat
     assert arm.torch.file.endswith("_aarch64.whl") and all(n.name.endswith(("runtime", "nvrtc", "crt", "cccl", "cublas"))
                                                            for n in arm.nvidia)
     assert x86.version(pins.oeq.version) == arm.version(pins.oeq.version)  # one line: one version, one index
+    assert pins.line_builds("cu128") == (x86, arm)  # the line's own table first, whatever the arch table's CUDA
     (tmp_path / "pins.toml").write_text(text.replace(old, old + extra))
     with pytest.raises(P.PinsError, match=r"\[oeq_binary.lines.cu128.arch.aarch64\]: the line's arches do not name "
                                           "aarch64"):
