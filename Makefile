@@ -16,7 +16,7 @@ test-unit:
 	tools/ci/test.sh tests/unit $(ARGS)
 
 verify:
-	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl $(OUTDIR)-extra/*.whl $(OUTDIR)-extra/variants/*.whl
+	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels verify $(OUTDIR)/*.whl $(OUTDIR)-extra/*.whl
 
 publish:
 	PYTHONPATH=.:runtime $$(tools/bootstrap.sh) -m oeq_wheels publish $(OUTDIR) $(PUBLISH_FLAGS)

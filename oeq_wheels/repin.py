@@ -119,11 +119,12 @@ class Repinner:
         m = self.data["matrix"][name]
         old = m["torch_version"]
         pythons = list(m["pythons"]) if pythons is None else pythons
-        lines = [ln for ln in self.data["oeq_binary"]["lines"].values() if ln["torch_matrix"] == name]
         need = {pins_mod.TOP_ARCH: {pins_mod.cp_tag(p) for p in pythons}}
-        for ln in lines:
+        for ln in self.data["oeq_binary"]["lines"].values():
             for arch in ln.get("arches", [pins_mod.TOP_ARCH]):
-                need.setdefault(arch, set()).add(ln["torch_wheel"])
+                build = {**ln, **ln.get("arch", {}).get(arch, {})}  # an [.arch.NAME] table reads its own matrix
+                if build["torch_matrix"] == name:
+                    need.setdefault(arch, set()).add(build["torch_wheel"])
         files = self.files("torch")
         if not any(v == version for _f, v, _b, _t in _wheels(files)):
             raise RepinError(f"torch {version} is not on the registry ({self.index})")
@@ -220,7 +221,8 @@ class Repinner:
         else names it (its comments and position stay), else a new one."""
         table = self.doc["nvidia"]
         users = [r for n, mm in self.data["matrix"].items() if n != matrix for r in mm["nvidia"]]
-        users += [r for ln in self.data["oeq_binary"]["lines"].values() for r in ln["nvidia"]]
+        users += [r for ln in self.data["oeq_binary"]["lines"].values()
+                  for t in (ln, *ln.get("arch", {}).values()) for r in t.get("nvidia", ())]
         for before, after in zip(old, new):
             if before == after or after in self.data.get("nvidia", {}):
                 continue

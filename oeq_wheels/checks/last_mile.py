@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import pins as pins_mod, proc
 from ..errors import LastMileError, OeqWheelsError
-from ..output import extra_dir, variants_dir
+from ..output import extra_dir
 from ..release import publish, recorded
 from ..files import sha256_file
 from ..release.site import release_asset_name
@@ -79,10 +79,8 @@ def workflow(wf: dict) -> dict:
 
 
 def seeded_wheels(dist: Path) -> list[Path]:
-    """A build's output (OUTDIR, OUTDIR-extra, OUTDIR-extra/variants; `make wheels`: dist/): what every scenario
-    seeds."""
-    return sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl")) + \
-        sorted(variants_dir(extra_dir(dist)).glob("*.whl"))
+    """A build's output (OUTDIR, OUTDIR-extra; `make wheels`: dist/): what every scenario seeds."""
+    return sorted(dist.glob("*.whl")) + sorted(extra_dir(dist).glob("*.whl"))
 
 
 def seed(ws: Path, scenario: Scenario, dist: Path, tag: str, pins: pins_mod.Pins) -> None:

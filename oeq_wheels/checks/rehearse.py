@@ -57,7 +57,7 @@ def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
     """Fetch every link of every index (each folder that serves a line's) and flat page; one line per file checked.
     Raises on any miss."""
     seen = []
-    for name, folder in ((n, f) for n in pins.line_names for f in pins.line_builds(n)[0].index_paths):
+    for folder in (f for n in pins.line_names for f in pins.line_builds(n)[0].index_paths):
         projects = fetch.Links()
         projects.feed(_get(f"{base}{folder}/").decode())
         pages = [urljoin(f"{base}{folder}/", a["href"]) for a in projects.links]

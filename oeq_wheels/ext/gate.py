@@ -38,7 +38,7 @@ def verify_wheel(wheel: Path, pins: pins_mod.Pins | None = None, *, expected_lic
         return v
     name, version, tag, files = opened
     if v.facts["variant"]:
-        v.problems.append(f"{wheel.name} is a wheel variant ({v.facts['variant']}); only openequivariance has variants")
+        v.problems.append(f"{wheel.name} is a wheel variant ({v.facts['variant']}); no package of ours has variants")
         return v
     pkg = "fastmace_oeq_ext/"
     text = files.get(pkg + MANIFEST_FILE, b"").decode(errors="replace")

@@ -59,7 +59,9 @@ def pinned() -> dict:
     spelled twice, and a re-pin moves the rows and the quoted documents' lines with it."""
     from oeq_wheels import pins as pins_mod
     pins = pins_mod.load()
-    cu13, cu12 = pins.oeq_line("cu130").tested_torch, pins.oeq_line("cu128").tested_torch
+    # The one line's torches (x86_64's): its oldest is PyPI's CUDA 12.8 torch (the line's torch matrix), the rest CUDA 13
+    line = pins.oeq_binary
+    cu12, cu13 = line.tested_torch[:1], line.tested_torch[1:]
     return {"fastmace": pins.consumer.wheel.version, "matrix_torch": pins.matrix.torch_version, "cu130": cu13,
             "floor": cu13[0], "newest": cu13[-1], "between": ", ".join(cu13[1:-1]), "cu128": cu12[0]}
 

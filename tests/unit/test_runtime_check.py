@@ -181,18 +181,20 @@ def test_oeq_precompiled_comes_first(tmp_path, manifest):
                       manifest_path=manifest).chosen.name == "oeq-precompiled"
 
 
-def build_record(cuda_major: str, torch_min: str, version: str) -> str:
+def build_record(cuda_majors: tuple[str, ...], torch_min: str, version: str) -> str:
     from fastmace_oeq_ext.manifest import Input
     from fastmace_oeq_ext.oeq_build import FileHash, OeqBuild
     pin = Input("x", "1", "x.whl", "0" * 64)
     return OeqBuild(package="openequivariance", version=version, oeq_sdist=pin, torch_min=torch_min,
-                    cuda_major=cuda_major, built_against=pin, python_tag="cp311", platform_tag="manylinux_2_28_x86_64",
+                    cuda_majors=cuda_majors, built_against=pin, python_tag="cp311", platform_tag="manylinux_2_28_x86_64",
                     files=(FileHash("a.so", "0" * 64),), cuda_wheels=(pin,), nanobind=pin, compiler="g++").to_json()
 
 
-# Two made-up binary OEq lines, as their build records say them (CUDA major, torch floor, version), and a torch below
-# the CUDA 13 line's floor: the decision reads the record, never the pins.
-CU13_LINE, CU12_LINE = ("13", "9.1", f"{OEQ}+oeqwheels.cu13.1"), ("12", "9.0", f"{OEQ}+oeqwheels.cu12.8")
+# Made-up binary OEq builds, as their build records say them (CUDA majors, torch floor, version): two of one CUDA line
+# each and one build for both (the dispatch library's), and a torch below the CUDA 13 line's floor: the decision reads
+# the record, never the pins.
+CU13_LINE, CU12_LINE = (("13",), "9.1", f"{OEQ}+oeqwheels.cu13.1"), (("12",), "9.0", f"{OEQ}+oeqwheels.cu12.8")
+BOTH = (("12", "13"), "9.0", f"{OEQ}+oeqwheels.cuda.1")
 BELOW_CU13_FLOOR = "9.0.5"
 
 
@@ -202,6 +204,9 @@ BELOW_CU13_FLOOR = "9.0.5"
     (f"{TORCH}+cu130", "13.0", CU12_LINE, ("built for CUDA 12", "cu130")),
     (f"{BELOW_CU13_FLOOR}+cu128", "12.8", CU13_LINE, (f"built for torch >= {CU13_LINE[1]}", "cu128")),
     (f"{TORCH}+cu128", "12.8", CU13_LINE, ("built for CUDA 13", "cu128")),
+    (f"{TORCH}+cu130", "13.0", BOTH, None),
+    (f"{BELOW_CU13_FLOOR}+cu128", "12.8", BOTH, None),
+    (f"{TORCH}+cu140", "14.0", BOTH, ("built for CUDA 12 and 13", "cu140")),
 ])
 def test_a_binary_oeq_of_another_cuda_line_is_refused_in_one_line(tmp_path, manifest, torch, cuda, record, refused):
     """The build record knows the line's CUDA: a mix is an error (OEq would load the library and fail), never a build."""
@@ -318,9 +323,20 @@ def test_the_fix_names_our_index_of_torchs_cuda_major_not_of_its_minor(monkeypat
     decision = importlib.import_module("fastmace_oeq_ext.decision")
     urls = {label: url for label, url in P.load().project_urls}
     monkeypatch.setattr(decision, "_project_urls", lambda: urls)
-    cu13, cu12 = P.load().index_url("cu130"), P.load().index_url("cu128")
-    assert [decision.index_for_cuda(c) for c in ("13.0", "13.2", "12.8", "12.9")] == [cu13, cu13, cu12, cu12]
+    one = P.load().index_url(P.load().oeq_binary.name)  # one line for CUDA 12 and 13
+    assert [decision.index_for_cuda(c) for c in ("13.0", "13.2", "12.8", "12.9")] == [one, one, one, one]
     monkeypatch.setattr(decision, "_project_urls", lambda: {"Binary index": "https://x.example/"})
     assert decision.index_for_cuda("13.2") == "https://x.example/cu132/simple/"
     monkeypatch.setattr(decision, "_project_urls", lambda: {})
     assert decision.index_for_cuda("13.2") is None and decision.index_for_cuda("13.2", "<b>/") == "<b>/cu132/simple/"
+
+
+def test_a_build_record_of_schema_2_says_one_cuda_major_and_is_still_read():
+    """Binary OEq wheels of a CUDA line (0.7.0+oeqwheels.cu13.2 and before) record one cuda_major (schema 2)."""
+    import json
+    from fastmace_oeq_ext.oeq_build import OeqBuild
+    raw = json.loads(build_record(("13",), "2.11", f"{OEQ}+oeqwheels.cu13.2"))
+    del raw["cuda_majors"]
+    old = OeqBuild.from_json(json.dumps({**raw, "schema": 2, "cuda_major": "13"}))
+    assert old.cuda_majors == ("13",) and old.serves(f"{TORCH}+cu128", "12.8") == \
+        f"built for CUDA 13, torch {TORCH}+cu128 is built for CUDA 12.8"

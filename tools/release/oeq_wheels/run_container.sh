@@ -115,7 +115,6 @@ engine run --rm "${net[@]}" -v "$OUT_VOL:/out" "$IMAGE" tar -C /out -cf - . | ta
 shopt -s nullglob
 wheels=("$incoming"/dist/*.whl)
 oeq=("$incoming"/dist-extra/*.whl)
-variants=("$incoming"/dist-extra/variants/*.whl)  # each line wheel's PEP 825 variant (oeq_wheels/oeq/variants.py)
 [ ${#wheels[@]} -gt 0 ] || { echo "build.sh: the container produced no wheel" >&2; exit 1; }
 check() {  # never replace a different file of the same name without --force
   local w="$1" dest="$2/$(basename "$1")"
@@ -126,10 +125,8 @@ check() {  # never replace a different file of the same name without --force
 }
 for w in "${wheels[@]}"; do check "$w" "$outdir"; done
 for w in "${oeq[@]}"; do check "$w" "$extra"; done
-for w in "${variants[@]}"; do check "$w" "$extra/variants"; done
 for w in "${wheels[@]}"; do mv -f "$w" "$outdir/"; done
 for f in "${oeq[@]}" "$incoming"/dist-extra/REPORT.md "$incoming"/dist-extra/REPORT.json; do
   [ -e "$f" ] && mv -f "$f" "$extra/"
 done
-[ ${#variants[@]} -eq 0 ] || { mkdir -p "$extra/variants" && mv -f "${variants[@]}" "$extra/variants/"; }
-echo "build.sh: ${#wheels[@]} fastmace-oeq-ext wheel(s) in $outdir, ${#oeq[@]} served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) in $extra, ${#variants[@]} variant wheel(s) in $extra/variants, from image $IMAGE" >&2
+echo "build.sh: ${#wheels[@]} fastmace-oeq-ext wheel(s) in $outdir, ${#oeq[@]} served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) in $extra, from image $IMAGE" >&2
