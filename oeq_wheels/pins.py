@@ -144,7 +144,7 @@ class Matrix:
 class OeqLine:
     """One binary openequivariance line: OEq's stable extension, one build for every torch of one CUDA major."""
 
-    name: str                 # cu130, cu128: the site's /<name>/simple/ index
+    name: str                 # cu130, cu128: the line's name in keys and logs (its index: index_paths)
     local_version: str
     pythons: tuple[str, ...]
     torch: Pinned             # the oldest supported torch's wheel: headers and libraries
@@ -167,6 +167,22 @@ class OeqLine:
     # them at import to the CUDA libraries of the major torch loaded: oeq/dispatch/; one build serves CUDA 12 and 13)
     cuda_binding: str = "linked"
     dispatch_library: str = "liboeq_cuda_dispatch.so"
+    index: str = ""                # the site's folder of its index (pins.toml `index`); default: <name>/simple
+    also_at: tuple[str, ...] = ()  # more folders serving the same index (`also_at`: the URLs of lines it replaced)
+
+    @property
+    def index_paths(self) -> tuple[str, ...]:
+        """Every folder of the site that serves this line's index, its own first."""
+        return (self.index or f"{self.name}/simple", *self.also_at)
+
+    @property
+    def cuda_majors(self) -> tuple[str, ...]:
+        """The CUDA majors of the torches it serves: its headers' alone, or with the dispatch library every one the
+        library binds (oeq/dispatch/cuda_dispatch.c)."""
+        return DISPATCH_MAJORS if self.dispatch else (self.cuda_major,)
+
+    def serves_cuda(self, major: str) -> bool:
+        return major in self.cuda_majors
 
     @property
     def dispatch(self) -> bool:
@@ -174,6 +190,7 @@ class OeqLine:
 
     @property
     def cuda_major(self) -> str:
+        """The major of the CUDA headers it is compiled against (cuda_majors: those it serves)."""
         return self.cuda.split(".")[0]
 
     @property
@@ -290,16 +307,17 @@ class Pins:
         if variant not in self.oeq_variants:
             raise PinsError(f"no fastmace-oeq-ext variant {variant!r}; pins.toml's oeq_variants: "
                             f"{', '.join(self.oeq_variants)}")
-        if variant != "pypi" and self.oeq_line(variant).cuda_major != self.matrix.cuda_major:
-            raise PinsError(f"variant {variant!r} is a CUDA {self.oeq_line(variant).cuda_major} OEq line; matrix "
-                            f"{self.matrix.name!r} builds for CUDA {self.matrix.cuda}")
+        if variant != "pypi" and not self.oeq_line(variant).serves_cuda(self.matrix.cuda_major):
+            raise PinsError(f"variant {variant!r} is an OEq line for CUDA "
+                            f"{', '.join(self.oeq_line(variant).cuda_majors)}; matrix {self.matrix.name!r} builds for "
+                            f"CUDA {self.matrix.cuda}")
         return ExtVariant(self, variant)
 
     @property
     def ext_variants(self) -> tuple["ExtVariant", ...]:
         """fastmace-oeq-ext's builds of each Python: PyPI's OEq first, then each line of this CUDA."""
         return tuple(self.for_variant(v) for v in self.oeq_variants
-                     if v == "pypi" or self.oeq_line(v).cuda_major == self.matrix.cuda_major)
+                     if v == "pypi" or self.oeq_line(v).serves_cuda(self.matrix.cuda_major))
 
     def oeq_line(self, name: str, arch: str = "x86_64") -> OeqLine:
         for line in self.oeq_lines:
@@ -330,7 +348,7 @@ class Pins:
     @property
     def oeq_binary(self) -> OeqLine:
         """The x86_64 OEq line of the release matrix's CUDA major (what fastmace-oeq-ext users install beside it)."""
-        return next(l for l in self.oeq_lines if l.cuda_major == self.matrix.cuda_major and l.arch.name == "x86_64")
+        return next(l for l in self.oeq_lines if l.serves_cuda(self.matrix.cuda_major) and l.arch.name == "x86_64")
 
     @property
     def pythons(self) -> tuple[str, ...]:
@@ -345,14 +363,17 @@ class Pins:
         return f"https://{owner.lower()}.github.io/{name}/"
 
     def index_url(self, line: str) -> str:
-        return f"{self.site_url}{line}/simple/"
+        """The URL of a line's index (its own folder of the site: OeqLine.index_paths)."""
+        return f"{self.site_url}{self.line_builds(line)[0].index_paths[0]}/"
 
     @property
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
-        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line).
-        own += tuple((f"CUDA {self.line_builds(n)[0].cuda_major} index", self.index_url(n)) for n in self.line_names)
+        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line;
+        # a dispatch line's index serves both majors).
+        own += tuple((f"CUDA {m} index", self.index_url(n)) for n in self.line_names
+                     for m in self.line_builds(n)[0].cuda_majors)
         return own + self.urls
 
     @property
@@ -424,6 +445,7 @@ class ExtVariant:
 
 
 CUDA_BINDINGS = ("linked", "dispatch")  # [oeq_binary.lines.X] cuda_binding (OeqLine.cuda_binding)
+DISPATCH_MAJORS = ("12", "13")  # the CUDA majors the dispatch library binds (oeq/dispatch/cuda_dispatch.c)
 
 
 def runpath(depth: int, cuda_major: str) -> str:
@@ -564,18 +586,27 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         raise PinsError(f"[oeq_binary] pythons names free-threaded CPython {', '.join(unbuilt)}, which pins.toml "
                         "does not pin the source of ([freethreaded.\"X.Yt\"])")
     lines = []
-    for line_name, ln in ob["lines"].items():
-        where = f"[oeq_binary.lines.{line_name}]"
-        tm = _matrix(data, ln["torch_matrix"])
-        if tm.cuda != ln["cuda"]:
-            raise PinsError(f"{where} says CUDA {ln['cuda']}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
-        binding = ln.get("cuda_binding", "linked")
+    for line_name, line_table in ob["lines"].items():
+        binding = line_table.get("cuda_binding", "linked")
         if binding not in CUDA_BINDINGS:
-            raise PinsError(f"{where} cuda_binding = {binding!r}: one of {', '.join(CUDA_BINDINGS)}")
-        for arch_name in ln.get("arches", [TOP_ARCH]):
+            raise PinsError(f"[oeq_binary.lines.{line_name}] cuda_binding = {binding!r}: one of "
+                            f"{', '.join(CUDA_BINDINGS)}")
+        unbuilt = sorted(set(line_table.get("arch", {})) - set(line_table.get("arches", [TOP_ARCH])))
+        if unbuilt:
+            raise PinsError(f"[oeq_binary.lines.{line_name}.arch.{unbuilt[0]}]: the line's arches do not name "
+                            f"{unbuilt[0]}; add it there or remove the table")
+        for arch_name in line_table.get("arches", [TOP_ARCH]):
             if arch_name not in arches:
-                raise PinsError(f"{where} arches names {arch_name!r}; pins.toml defines [arch.NAME] for: "
-                                f"{', '.join(arches)}")
+                raise PinsError(f"[oeq_binary.lines.{line_name}] arches names {arch_name!r}; pins.toml defines "
+                                f"[arch.NAME] for: {', '.join(arches)}")
+            # [oeq_binary.lines.X.arch.NAME]: what that architecture's build reads instead of the line's (its torch
+            # and CUDA headers: PyPI's oldest CUDA torch may differ by architecture)
+            override = line_table.get("arch", {}).get(arch_name, {})
+            ln = {**{k: v for k, v in line_table.items() if k != "arch"}, **override}
+            where = f"[oeq_binary.lines.{line_name}" + (f".arch.{arch_name}]" if override else "]")
+            tm = _matrix(data, ln["torch_matrix"])
+            if tm.cuda != ln["cuda"]:
+                raise PinsError(f"{where} says CUDA {ln['cuda']}, its torch matrix {tm.name!r} CUDA {tm.cuda}")
             torch_wheels = _torch_wheels(data, tm.name, arch_name)
             if ln["torch_wheel"] not in torch_wheels:
                 raise PinsError(f"{where} builds against torch's {ln['torch_wheel']} wheel, which "
@@ -585,7 +616,8 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
                 torch=torch_wheels[ln["torch_wheel"]], torch_local=tm.torch_local, torch_matrix=tm.name,
                 torch_min=ln["torch_min"], cuda=ln["cuda"], driver=ln["driver"],
                 nvidia=_nvidia(data, ln["nvidia"], where, arch_name), nanobind=nanobind,
-                tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name], cuda_binding=binding))
+                tested_torch=tuple(ln["tested_torch"]), arch=arches[arch_name], cuda_binding=binding,
+                index=ln.get("index", ""), also_at=tuple(ln.get("also_at", ()))))
     return Pins(
         package_name=pkg["name"],
         import_name=pkg["import_name"],
@@ -603,8 +635,10 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         pybind11=Pinned("pybind11", pyb["version"], pyb["file"], pyb["sha256"]),
         repository=repository,
         matrix=mat,
-        # newest CUDA first; within a line, the pins' order of architectures (x86_64 first)
-        oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in l.cuda.split(".")), reverse=True)),
+        # newest CUDA first (a line's own, not an architecture table's); within a line, the pins' order of
+        # architectures (x86_64 first: line_builds(name)[0])
+        oeq_lines=tuple(sorted(lines, key=lambda l: tuple(int(x) for x in ob["lines"][l.name]["cuda"].split(".")),
+                               reverse=True)),
         oeq_variants=variants,
         consumer=consumer,
         arches=arches,

@@ -147,7 +147,7 @@ def run(wheel_dir: Path, python: str | None, cache: Path, keep: bool = False, to
         wheels = [*wheel_dir.glob("*.whl"), *extra_dir(wheel_dir).glob("*.whl")]
         root = site_mod.write_site(work / "site", site_mod.from_outdir(extra_dir(wheel_dir), pins), pins)
         with hosts.pages(root, "oeq-wheels") as base_url:
-            local = f"{base_url}{pins.oeq_binary.name}/simple/"
+            local = f"{base_url}{pins.oeq_binary.index_paths[0]}/"
             say(f"{install_lines.fastmace(pins)[2]}  (site served from {len(wheels)} local wheel(s))")
             _run(install + [f"{pins.consumer.wheel.name}[oeq]=={pins.consumer.wheel.version}",
                             "--extra-index-url", local], env)

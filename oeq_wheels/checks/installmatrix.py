@@ -400,7 +400,7 @@ def run(outdir: Path, torches: list[str] | None, installers: list[str], python: 
                 # fastmace-oeq-ext: x86_64 only, for the CPythons of its matrix
                 with_fastmace = case.torch == pins.matrix.torch_version and not case.python
                 args = [*requirements(case.torch, with_fastmace, pins), "--extra-index-url",
-                        f"{root}{case.line.name}/simple/", *(fastmace_src if with_fastmace else [])]
+                        f"{root}{case.line.index_paths[0]}/", *(fastmace_src if with_fastmace else [])]
                 run_case(case, pins, args, threaded.get(case.python, base), keep, say, with_fastmace,
                          {"UV_CACHE_DIR": str(uv_cache)} if uv_cache else None, standins)
                 say(f"{case.label}: {case.result}")

@@ -13,7 +13,6 @@ that redirects every other project to PyPI.
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
 import sys
 import tempfile
@@ -55,13 +54,15 @@ def _get(url: str) -> bytes:
 
 
 def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
-    """Fetch every link of every line's index and flat page; one line per file checked. Raises on any miss."""
+    """Fetch every link of every index (each folder that serves a line's) and flat page; one line per file checked.
+    Raises on any miss."""
     seen = []
-    for name in pins.line_names:
+    for name, folder in ((n, f) for n in pins.line_names for f in pins.line_builds(n)[0].index_paths):
         projects = fetch.Links()
-        projects.feed(_get(f"{base}{name}/simple/").decode())
-        pages = [urljoin(f"{base}{name}/simple/", a["href"]) for a in projects.links]
-        for page in (*pages, f"{base}{name}/links.html"):
+        projects.feed(_get(f"{base}{folder}/").decode())
+        pages = [urljoin(f"{base}{folder}/", a["href"]) for a in projects.links]
+        flat = str(Path(folder).parent / "links.html").removeprefix("./")
+        for page in (*pages, f"{base}{flat}"):
             parser = fetch.Links()
             parser.feed(_get(page).decode())
             if not parser.links:
@@ -83,10 +84,9 @@ def crawl(base: str, pins: pins_mod.Pins) -> list[str]:
 
 def _case_for(command: str, local: str, pins: pins_mod.Pins, installer: str) -> tuple[installmatrix.Case, list[str]]:
     args = shlex.split(command.replace(pins.site_url, local))[2:]
-    m = re.search(r"/(cu\d+)/simple/", command)
-    line = pins.oeq_line(m.group(1)) if m else None
+    line = next((pins.line_builds(n)[0] for n in pins.line_names if pins.index_url(n) in command), None)
     if line is None:
-        raise UsageError(f"README line {command!r} names no /<line>/simple/ index of the site")
+        raise UsageError(f"README line {command!r} names no line's index of the site")
     torch = next((a.split("==", 1)[1] for a in args if a.startswith("torch==")), "")  # "": any release
     if pins.package_name in args:
         torch = pins.matrix.torch_version

@@ -316,19 +316,21 @@ def dispatch_exports(data: bytes) -> set[str]:
 
 
 def oldest_cuda_libraries(p: pins_mod.Pins, ob: pins_mod.OeqLine, cache: Path | None) -> dict[str, dict[str, Path]]:
-    """By CUDA major, the oldest pinned library of each soname the dispatch library may bind: every line's NVIDIA
-    wheels of that major, for the wheel's architecture where pinned, else x86_64's (the exports are the same)."""
+    """By CUDA major, the oldest pinned library of each soname the dispatch library may bind: the NVIDIA wheels of that
+    major that a build of the pins reads (any line's, any architecture's build), the wheel's architecture's where
+    pinned, else another's (the exports are the same)."""
     from ..files import default_cache
     from ..inputs import fetch, unpack
     cache = cache or default_cache()
+    by_major: dict[str, pins_mod.OeqLine] = {}
+    for line in sorted(p.oeq_lines, key=lambda l: l.arch.name != ob.arch.name):  # the wheel's architecture first
+        by_major.setdefault(line.cuda_major, line)
     out: dict[str, dict[str, Path]] = {}
-    for name in p.line_names:
-        builds = p.line_builds(name)
-        line = next((l for l in builds if l.arch.name == ob.arch.name), builds[0])
+    for major, line in by_major.items():
         got = fetch.ensure(list(line.nvidia), cache)
         root = unpack.cuda_tree([(n, got[n.file]) for n in line.nvidia], cache)
         for soname in line.cuda_sonames():
-            out.setdefault(line.cuda_major, {})[soname] = _wheel_lib(root, line.cuda_major, soname)
+            out.setdefault(major, {})[soname] = _wheel_lib(root, major, soname)
     return out
 
 
@@ -338,6 +340,8 @@ def dispatch_problems(bound: set[str], oldest: dict[str, dict[str, Path]]) -> li
     out = []
     if not bound:
         out.append(f"exports no CUDA function under {DISPATCH_VERSION}")
+    out += [f"cannot check CUDA {m}: pins.toml pins no NVIDIA wheels of it" for m in pins_mod.DISPATCH_MAJORS
+            if m not in oldest]
     for major, libs in sorted(oldest.items()):
         for stem in CUDA_LIBRARY.values():
             soname = f"{stem}.{major}"

@@ -6,7 +6,8 @@ SITE/
   SHA256SUMS                               every file under files/
   files/<wheel>                            each wheel under its exact file name ('+' included)
   files/<wheel>.metadata                   its METADATA (PEP 658/714: resolvers read it, not the wheel)
-  <line>/simple/index.html                 PEP 503 project list (line: cu130, cu128)
+  <line>/simple/index.html                 PEP 503 project list (line: cu130, cu128; a line's `index` and `also_at`
+                                           in pins.toml: other folders, the same pages)
   <line>/simple/openequivariance/          PEP 503 page (index.html) and the PEP 691 JSON form (index.json)
   <line>/simple/fastmace-oeq-ext/          the same for the fastmace-oeq-ext build that names this line's OEq
   <line>/links.html                        a flat page for `--find-links`
@@ -156,8 +157,15 @@ def _page(title: str, body: str) -> str:
 
 def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: dict[str, bytes],
                 names: tuple[str, ...]) -> None:
-    simple = site / line.name / "simple"
-    files_rel = "../../../files/"   # from <line>/simple/<project>/
+    """The line's index at each folder that serves it (OeqLine.index_paths), the same pages linking the same files."""
+    for folder in line.index_paths:
+        _write_index(site, folder, wheels, meta, names)
+
+
+def _write_index(site: Path, folder: str, wheels: list[Wheel], meta: dict[str, bytes], names: tuple[str, ...]) -> None:
+    simple = site / folder
+    depth = len(Path(folder).parts)
+    files_rel = "../" * (depth + 1) + "files/"   # from <folder>/<project>/
     served, all_anchors = [], []
     for project in names:
         mine = [w for w in wheels if canonicalize_name(parse_wheel_filename(w.name)[0]) == project]
@@ -189,9 +197,10 @@ def _write_line(site: Path, line: pins_mod.OeqLine, wheels: list[Wheel], meta: d
                                                                      for p in served)))
     (simple / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"},
                                                    "projects": [{"name": p} for p in served]}, indent=1) + "\n")
-    flat = "".join(f'<a href="../files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}</a><br/>\n'
-                   for href, w, _md, _rp in all_anchors)
-    (site / line.name / "links.html").write_text(_page(f"{line.name} wheels", flat))
+    # A flat page for --find-links beside the index's folder (cu130/simple/ -> cu130/links.html; simple/ -> links.html)
+    flat = "".join(f'<a href="{"../" * (depth - 1)}files/{html.escape(href)}#sha256={w.sha256}">{html.escape(w.name)}'
+                   '</a><br/>\n' for href, w, _md, _rp in all_anchors)
+    (simple.parent / "links.html").write_text(_page(f"{simple.parent.name or 'all'} wheels", flat))
 
 
 def _write_variants(site: Path, wheels: list[Wheel], name: str, doc: bytes) -> None:
@@ -216,13 +225,17 @@ def _landing(pins: pins_mod.Pins, counts: dict[str, int]) -> str:
     for name in pins.line_names:
         builds = pins.line_builds(name)
         line, arches = builds[0], [l.arch.name for l in builds]
-        cmds = [c for c in install_lines.ours(pins) if f"/{line.name}/simple/" in c]
+        folder = line.index_paths[0]
+        flat = str(Path(folder).parent / "links.html").removeprefix("./")
+        also = ", ".join(f'<a href="{f}/">/{f}/</a>' for f in line.index_paths[1:])
+        cmds = [c for c in install_lines.ours(pins) if f"/{folder}/" in c]
         rows.append(f"<h2>CUDA {line.cuda_major} ({line.name}): torch {line.torch_min} and newer CUDA "
                     f"{line.cuda_major} builds, NVIDIA driver {html.escape(line.driver)}, Linux "
                     f"{' and '.join(arches)}</h2>\n"
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in cmds)
-                    + f'<p><a href="{line.name}/simple/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
-                      f'<a href="{line.name}/links.html">flat page for --find-links</a></p>\n')
+                    + f'<p><a href="{folder}/{PROJECT}/">{counts.get(line.name, 0)} wheel(s)</a>, '
+                      f'<a href="{flat}">flat page for --find-links</a>'
+                    + (f"; the same index at {also}" if also else "") + "</p>\n")
     if counts.get("variants"):
         rows.append("<h2>Every line as a wheel variant (uv's preview: the driver picks the line)</h2>\n"
                     + "".join(f"<pre>{html.escape(c)}</pre>\n" for c in install_lines.variants(pins))

@@ -210,3 +210,42 @@ def test_a_lines_cuda_binding_is_linked_unless_it_says_dispatch(tmp_path):
     with pytest.raises(P.PinsError, match=r"\[oeq_binary.lines.cu128\] cuda_binding = 'static': one of linked, "
                                           "dispatch"):
         P.load(path=tmp_path / "pins.toml")
+
+
+def test_an_architectures_build_of_a_line_reads_what_its_arch_table_says(tmp_path):
+    """[oeq_binary.lines.X.arch.NAME]: that architecture's build reads its own torch and CUDA (PyPI's oldest CUDA torch
+    differs by architecture); a table for an architecture the line does not build is one line."""
+    text = P.PINS_FILE.read_text()
+    old = 'tested_torch = ["2.10.0"]\n'
+    assert text.count(old) == 1
+    extra = ('\n[oeq_binary.lines.cu128.arch.aarch64]\ntorch_matrix = "torch-2.11.0"\ntorch_min = "2.11"\n'
+             'cuda = "13.0"\nnvidia = ["nvidia-cuda-runtime==13.0.96", "nvidia-cuda-nvrtc==13.0.88", '
+             '"nvidia-cuda-crt==13.0.88", "nvidia-cuda-cccl==13.0.85", "nvidia-cublas==13.1.0.3"]\n'
+             'tested_torch = ["2.11.0"]\n')
+    both = text.replace('arches = ["x86_64"]                  # PyPI', 'arches = ["x86_64", "aarch64"]  # PyPI')
+    (tmp_path / "pins.toml").write_text(both.replace(old, old + extra))
+    pins = P.load(path=tmp_path / "pins.toml")
+    x86, arm = pins.oeq_line("cu128"), pins.oeq_line("cu128", "aarch64")
+    assert (x86.torch.version, x86.cuda, x86.torch_min) == ("2.10.0", "12.8", "2.10")
+    assert (arm.torch.version, arm.cuda, arm.torch_min, arm.tested_torch) == ("2.11.0", "13.0", "2.11", ("2.11.0",))
+    assert arm.torch.file.endswith("_aarch64.whl") and all(n.name.endswith(("runtime", "nvrtc", "crt", "cccl", "cublas"))
+                                                           for n in arm.nvidia)
+    assert x86.version(pins.oeq.version) == arm.version(pins.oeq.version)  # one line: one version, one index
+    assert pins.line_builds("cu128") == (x86, arm)  # the line's own table first, whatever the arch table's CUDA
+    (tmp_path / "pins.toml").write_text(text.replace(old, old + extra))
+    with pytest.raises(P.PinsError, match=r"\[oeq_binary.lines.cu128.arch.aarch64\]: the line's arches do not name "
+                                          "aarch64"):
+        P.load(path=tmp_path / "pins.toml")
+
+
+def test_a_dispatch_line_serves_both_cuda_majors_and_its_index_names_each(tmp_path):
+    text = P.PINS_FILE.read_text()
+    old = 'local_version = "oeqwheels.cu12.8.1"'
+    (tmp_path / "pins.toml").write_text(text.replace(old, old + '\ncuda_binding = "dispatch"'))
+    pins = P.load(path=tmp_path / "pins.toml")
+    cu12 = pins.oeq_line("cu128")
+    assert cu12.cuda_major == "12" and cu12.cuda_majors == P.DISPATCH_MAJORS == ("12", "13")
+    assert cu12.serves_cuda("13") and not P.load().oeq_line("cu128").serves_cuda("13")
+    urls = dict(pins.project_urls)
+    assert urls["CUDA 12 index"].endswith("/cu128/simple/")
+    assert [label for label, _ in pins.project_urls].count("CUDA 13 index") == 2  # each line that serves it

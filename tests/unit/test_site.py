@@ -1,7 +1,9 @@
 """The index site's pure parts (oeq_wheels/release/site.py): the release host's renaming rule, which CUDA line a file
 name belongs to, what a wheel's tag installs on, and one file per name. The site laid out from real wheels is
 tests/integration/test_site_built.py's."""
+import re
 import zipfile
+from urllib.parse import unquote
 
 import pytest
 
@@ -76,3 +78,33 @@ def test_a_site_without_an_openequivariance_wheel_is_refused_and_nothing_is_writ
     with pytest.raises(OeqWheelsError, match="no openequivariance wheel"):
         site.write_site(tmp_path / "site", [], P.load())
     assert not (tmp_path / "site").exists()
+
+
+def test_a_line_with_its_own_index_folder_is_served_there_and_at_each_folder_it_replaced(tmp_path):
+    """pins.toml's `index` and `also_at` (the one build's index at /simple/, and at the URLs of the lines it replaced):
+    every folder serves the same pages, each link resolving to the one copy under files/, and a flat page beside it."""
+    text = P.PINS_FILE.read_text()
+    old = 'local_version = "oeqwheels.cu13.2"'
+    (tmp_path / "pins.toml").write_text(text.replace(old, old + '\nindex = "simple"\nalso_at = ["cu130/simple", '
+                                                                '"variants/simple"]'))
+    pins = P.load(path=tmp_path / "pins.toml")
+    line = pins.oeq_line("cu130")
+    assert line.index_paths == ("simple", "cu130/simple", "variants/simple")
+    assert pins.index_url("cu130") == f"{pins.site_url}simple/" and pins.index_url("cu128").endswith("/cu128/simple/")
+    name = f"openequivariance-{line.version(pins.oeq.version)}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    whl = tmp_path / name
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr(f"openequivariance-{line.version(pins.oeq.version)}.dist-info/METADATA",
+                    "Metadata-Version: 2.1\nName: openequivariance\n")
+    root = site.write_site(tmp_path / "site", [site.Wheel(whl, name, "0" * 64)], pins)
+    pages = {f: (root / f / "openequivariance" / "index.html").read_text() for f in line.index_paths}
+    for folder, page in pages.items():
+        (href,) = re.findall(r'href="([^"#]+)#sha256=', page)
+        assert (root / folder / "openequivariance" / unquote(href)).resolve() == (root / "files" / name).resolve(), folder
+    flats = {"simple": root / "links.html", "cu130/simple": root / "cu130" / "links.html",
+             "variants/simple": root / "variants" / "links.html"}
+    for folder, flat in flats.items():
+        (href,) = re.findall(r'href="([^"#]+)#sha256=', flat.read_text())
+        assert (flat.parent / unquote(href)).resolve() == (root / "files" / name).resolve(), folder
+    landing = (root / "index.html").read_text()
+    assert 'href="simple/openequivariance/"' in landing and '<a href="cu130/simple/">/cu130/simple/</a>' in landing
