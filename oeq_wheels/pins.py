@@ -352,8 +352,10 @@ class Pins:
         return f"https://{owner.lower()}.github.io/{name}/"
 
     def index_url(self, line: str) -> str:
-        """The URL of a line's index (its own folder of the site: OeqLine.index_paths)."""
-        return f"{self.site_url}{self.line_builds(line)[0].index_paths[0]}/"
+        """The URL of a line's index (its own folder of the site: OeqLine.index_paths), or of another index of the
+        site by its name (the variant index's)."""
+        builds = self.line_builds(line)
+        return f"{self.site_url}{builds[0].index_paths[0] if builds else line + '/simple'}/"
 
     @property
     def project_urls(self) -> tuple[tuple[str, str], ...]:

@@ -381,7 +381,7 @@ def run_hostile(fresh: bool = True, keep: bool = False, only: list[str] | None =
         + (f"; NOT as expected: {', '.join(failed)}" if failed else ""))
     if record:
         machine = {"device": "none (act on this host: release.yml's last mile, GitHub's services stood in for)",
-                   "python": sys.version.split()[0],
+                   "driver": "none", "torch": "none", "python": sys.version.split()[0],
                    "act": proc.run([act_binary(), "--version"], capture_output=True, text=True).stdout.strip()}
         run_records.write(record, "make rehearse-ci REHEARSE_CI_FLAGS=\"" + " ".join(sys.argv[2:]) + "\"", commit,
                           machine, last_mile.seeded_wheels(seed), not failed, {"cases": verdicts}, [])

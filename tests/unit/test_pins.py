@@ -214,24 +214,26 @@ def test_a_lines_cuda_binding_is_linked_unless_it_says_dispatch(tmp_path):
 
 def test_an_architectures_build_of_a_line_reads_what_its_arch_table_says(tmp_path):
     """[oeq_binary.lines.X.arch.NAME]: that architecture's build reads its own torch and CUDA (PyPI's oldest CUDA torch
-    differs by architecture); a table for an architecture the line does not build is one line."""
+    differs by architecture); a table for an architecture the line does not build is one line. Here the CUDA 12.8
+    line gets an aarch64 build that reads the CUDA 13 line's aarch64 inputs."""
+    pins = P.load()
+    cu13 = pins.oeq_line("cu130", "aarch64")
     text = P.PINS_FILE.read_text()
-    old = 'tested_torch = ["2.10.0"]\n'
+    old = f'tested_torch = {list(pins.oeq_line("cu128").tested_torch)}\n'.replace("'", '"')
     assert text.count(old) == 1
-    extra = ('\n[oeq_binary.lines.cu128.arch.aarch64]\ntorch_matrix = "torch-2.11.0"\ntorch_min = "2.11"\n'
-             'cuda = "13.0"\nnvidia = ["nvidia-cuda-runtime==13.0.96", "nvidia-cuda-nvrtc==13.0.88", '
-             '"nvidia-cuda-crt==13.0.88", "nvidia-cuda-cccl==13.0.85", "nvidia-cublas==13.1.0.3"]\n'
-             'tested_torch = ["2.11.0"]\n')
+    nvidia = ", ".join(f'"{n.requirement}"' for n in cu13.nvidia)
+    extra = (f'\n[oeq_binary.lines.cu128.arch.aarch64]\ntorch_matrix = "{cu13.torch_matrix}"\n'
+             f'torch_min = "{cu13.torch_min}"\ncuda = "{cu13.cuda}"\nnvidia = [{nvidia}]\n'
+             f'tested_torch = ["{cu13.tested_torch[0]}"]\n')
     both = text.replace('arches = ["x86_64"]                  # PyPI', 'arches = ["x86_64", "aarch64"]  # PyPI')
     (tmp_path / "pins.toml").write_text(both.replace(old, old + extra))
-    pins = P.load(path=tmp_path / "pins.toml")
-    x86, arm = pins.oeq_line("cu128"), pins.oeq_line("cu128", "aarch64")
-    assert (x86.torch.version, x86.cuda, x86.torch_min) == ("2.10.0", "12.8", "2.10")
-    assert (arm.torch.version, arm.cuda, arm.torch_min, arm.tested_torch) == ("2.11.0", "13.0", "2.11", ("2.11.0",))
-    assert arm.torch.file.endswith("_aarch64.whl") and all(n.name.endswith(("runtime", "nvrtc", "crt", "cccl", "cublas"))
-                                                           for n in arm.nvidia)
-    assert x86.version(pins.oeq.version) == arm.version(pins.oeq.version)  # one line: one version, one index
-    assert pins.line_builds("cu128") == (x86, arm)  # the line's own table first, whatever the arch table's CUDA
+    new = P.load(path=tmp_path / "pins.toml")
+    x86, arm = new.oeq_line("cu128"), new.oeq_line("cu128", "aarch64")
+    assert x86 == pins.oeq_line("cu128")  # the line's own table, unchanged
+    assert (arm.torch, arm.cuda, arm.torch_min, arm.nvidia) == (cu13.torch, cu13.cuda, cu13.torch_min, cu13.nvidia)
+    assert arm.tested_torch == cu13.tested_torch[:1] and arm.torch.file.endswith("_aarch64.whl")
+    assert x86.version(new.oeq.version) == arm.version(new.oeq.version)  # one line: one version, one index
+    assert new.line_builds("cu128") == (x86, arm)  # the line's own table first, whatever the arch table's CUDA
     (tmp_path / "pins.toml").write_text(text.replace(old, old + extra))
     with pytest.raises(P.PinsError, match=r"\[oeq_binary.lines.cu128.arch.aarch64\]: the line's arches do not name "
                                           "aarch64"):

@@ -371,3 +371,26 @@ def test_an_artifact_keeps_its_folders_from_the_search_paths_common_folder_and_d
                        text=True)
     assert r.returncode == 0, r.stderr
     assert (back / "dist-extra" / "variants" / "b.whl").read_text() == "dist-extra/variants/b.whl"
+
+
+def test_a_hostile_run_writes_a_record_of_each_scenarios_verdict_and_the_seeded_wheels(tmp_path, monkeypatch):
+    """`--hostile --record FILE`: the record reads as every record does (checks/run_records.py), with each scenario's
+    verdict and the sha256 of each wheel the scenarios were seeded with. act itself is the integration test's."""
+    from oeq_wheels.checks import last_mile, run_records
+    from support.fake_registry import wheel_bytes
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "demo-1.0-py3-none-any.whl").write_bytes(wheel_bytes({"demo-1.0.dist-info/RECORD": b""}))
+
+    def ran(fresh, keep, scenario, verdicts, seed):
+        verdicts.append({"scenario": scenario.name, "ok": True, "result": "as expected"})
+        return 0
+    monkeypatch.setattr(rehearse_ci, "run", ran)
+    monkeypatch.setattr(run_records, "checkout_commit", lambda: "0" * 40)
+    monkeypatch.setattr(rehearse_ci, "act_binary", lambda: "true")
+    record = tmp_path / "rec.json"
+    assert rehearse_ci.run_hostile(only=["clean", "foreign-signer"], record=record, seed=dist) == 0
+    rec = run_records.load(record)
+    assert rec.ok and rec.commit == "0" * 40 and list(rec.wheels) == ["demo-1.0-py3-none-any.whl"]
+    assert [c["scenario"] for c in rec.results["cases"]] == ["clean", "foreign-signer"]
+    assert set(last_mile.SCENARIOS) >= {"artifact-tampered", "native-short", "ambiguous-zip", "older-asset-altered"}
