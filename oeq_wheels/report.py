@@ -19,7 +19,6 @@ def write_report(where: Path, pins, rows: list[dict], failures: dict, elapsed: f
     inputs_ = [entry(p) for p in dict.fromkeys(pins.all_inputs(ext_cps) + pins.oeq_binary_inputs())]
     data = {"package": pins.package_name, "version": pins.version, "matrix": pins.matrix.name,
             "oeq_binary_versions": {l.name: l.version(pins.oeq.version) for l in pins.oeq_lines},
-            "oeq_variants_version": f"{pins.oeq.version}+{pins.variants.local_version}" if pins.variants else None,
             "compiler": toolchain.version, "elapsed_s": round(elapsed, 1), "wheels": rows,
             "failures": failures, "inputs": inputs_}
     lines = [f"# {pins.package_name} {pins.version} (matrix {pins.matrix.name}) and openequivariance "
