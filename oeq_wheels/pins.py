@@ -361,10 +361,13 @@ class Pins:
     def project_urls(self) -> tuple[tuple[str, str], ...]:
         """Project-URL lines: this project's own (derived from `repository`), then pins.toml's."""
         own = (("Source", f"https://github.com/{self.repository}"), ("Binary index", self.site_url))
-        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line;
-        # a dispatch line's index serves both majors).
-        own += tuple((f"CUDA {m} index", self.index_url(n)) for n in self.line_names
-                     for m in self.line_builds(n)[0].cuda_majors)
+        # Each CUDA major's index, which the runtime names in its fixes (torch 2.15.0 is CUDA 13.2: the cu130 line):
+        # the newest line that serves it (a dispatch line serves both majors); one URL per label, as METADATA allows.
+        index: dict[str, str] = {}
+        for n in self.line_names:
+            for m in self.line_builds(n)[0].cuda_majors:
+                index.setdefault(m, self.index_url(n))
+        own += tuple((f"CUDA {m} index", url) for m, url in index.items())
         return own + self.urls
 
     @property

@@ -248,6 +248,12 @@ def test_a_dispatch_line_serves_both_cuda_majors_and_its_index_names_each(tmp_pa
     cu12 = pins.oeq_line("cu128")
     assert cu12.cuda_major == "12" and cu12.cuda_majors == P.DISPATCH_MAJORS == ("12", "13")
     assert cu12.serves_cuda("13") and not P.load().oeq_line("cu128").serves_cuda("13")
-    urls = dict(pins.project_urls)
-    assert urls["CUDA 12 index"].endswith("/cu128/simple/")
-    assert [label for label, _ in pins.project_urls].count("CUDA 13 index") == 2  # each line that serves it
+    labels = [label for label, _ in pins.project_urls]
+    assert len(labels) == len(set(labels))  # METADATA takes one URL per label: the newest line serving each major
+    assert dict(pins.project_urls)["CUDA 13 index"].endswith("/cu130/simple/")
+    assert dict(pins.project_urls)["CUDA 12 index"].endswith("/cu128/simple/")
+    both = text.replace('local_version = "oeqwheels.cu13.2"', 'local_version = "oeqwheels.cu13.2"\ncuda_binding = "dispatch"')
+    (tmp_path / "both.toml").write_text(both.replace(old, old + '\ncuda_binding = "dispatch"'))
+    urls = P.load(path=tmp_path / "both.toml").project_urls
+    assert [(label, url.rsplit("/", 3)[-3]) for label, url in urls if label.startswith("CUDA")] == \
+        [("CUDA 12 index", "cu130"), ("CUDA 13 index", "cu130")]
