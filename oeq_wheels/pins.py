@@ -585,14 +585,15 @@ def load(matrix: str | None = None, path: Path = PINS_FILE) -> Pins:
         if binding not in CUDA_BINDINGS:
             raise PinsError(f"[oeq_binary.lines.{line_name}] cuda_binding = {binding!r}: one of "
                             f"{', '.join(CUDA_BINDINGS)}")
+        for arch_name in line_table.get("arches", [TOP_ARCH]):
+            if arch_name not in arches:
+                raise PinsError(f"[oeq_binary.lines.{line_name}] arches names {arch_name!r}; pins.toml defines "
+                                f"[arch.NAME] for: {', '.join(arches)}")
         unbuilt = sorted(set(line_table.get("arch", {})) - set(line_table.get("arches", [TOP_ARCH])))
         if unbuilt:
             raise PinsError(f"[oeq_binary.lines.{line_name}.arch.{unbuilt[0]}]: the line's arches do not name "
                             f"{unbuilt[0]}; add it there or remove the table")
         for arch_name in line_table.get("arches", [TOP_ARCH]):
-            if arch_name not in arches:
-                raise PinsError(f"[oeq_binary.lines.{line_name}] arches names {arch_name!r}; pins.toml defines "
-                                f"[arch.NAME] for: {', '.join(arches)}")
             # [oeq_binary.lines.X.arch.NAME]: what that architecture's build reads instead of the line's (its torch
             # and CUDA headers: PyPI's oldest CUDA torch may differ by architecture)
             override = line_table.get("arch", {}).get(arch_name, {})
