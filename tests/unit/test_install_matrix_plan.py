@@ -1,24 +1,24 @@
-"""The install matrix's plan and judges, without installing anything: every line's cases and the mix, and each
-way of not getting our binary refused (the installs themselves: tests/integration/test_install_matrix.py)."""
+"""The install matrix's plan and judges, without installing anything: every line's cases (and, for a line of one
+CUDA major, the mix), and each way of not getting our binary refused (the installs themselves: tests/integration/test_install_matrix.py)."""
 import pytest
 
 from oeq_wheels import pins as P
 from oeq_wheels.checks import installmatrix
 
 OEQ = P.load().oeq.version
-CU12 = P.load().oeq_line("cu128").version(OEQ)
 
 
 def test_judge_refuses_each_way_of_not_getting_our_binary():
     pins = P.load()
-    torch, cu12_torch = pins.matrix.torch_version, pins.oeq_line("cu128").tested_torch[0]
-    case = installmatrix.Case(torch, "pip", pins.oeq_binary)
-    good = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": pins.oeq_binary.version(OEQ),
+    line = pins.oeq_binary
+    torch, cu12_torch = pins.matrix.torch_version, line.tested_torch[0]
+    case = installmatrix.Case(torch, "pip", line)
+    good = {"torch": pins.matrix.consumer_torch, "cuda": pins.matrix.cuda, "oeq_version": line.version(OEQ),
             "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
     ok_doctor = (0, "host extension: OpenEquivariance precompiled (x); no compiler needed\n")
     assert installmatrix.judge(case, good, ok_doctor, "", pins) == []
-    for change, words in [({"torch": f"{torch}+cpu", "cuda": None}, "not a CUDA 13 build"),
-                          ({"oeq_version": OEQ}, "not our cu130 binary wheel"),
+    for change, words in [({"torch": f"{torch}+cpu", "cuda": None}, "not a CUDA 12 or 13 build"),
+                          ({"oeq_version": OEQ}, f"not our {line.name} binary wheel"),
                           ({"precompiled": False, "error": "no .so"}, "did not load its precompiled"),
                           ({"ops": []}, "operators missing")]:
         why = installmatrix.judge(case, {**good, **change}, ok_doctor, "", pins)
@@ -26,54 +26,61 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     assert installmatrix.judge(case, good, (1, "host extension: unusable"), "", pins)
     assert any("build tool was called" in w for w in installmatrix.judge(case, good, ok_doctor, "g++ -c x", pins))
     assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
+    # the same wheel beside a CUDA 12 torch; a torch of a CUDA major it does not serve is refused
+    cu12 = installmatrix.Case(cu12_torch, "pip", line)
+    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": line.cuda}, None, "", pins) == []
+    assert any("not a CUDA 12 or 13 build" in w for w in installmatrix.judge(
+        cu12, {**good, "torch": f"{cu12_torch}+cu140", "cuda": "14.0"}, None, "", pins))
 
 
-    cu12 = installmatrix.Case(cu12_torch, "pip", pins.oeq_line("cu128"))
-    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": pins.oeq_line("cu128").cuda,
-                                      "oeq_version": CU12}, None, "", pins) == []
-    assert any("not a CUDA 12 build" in w for w in installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu130",
-                                                                             "oeq_version": CU12},
-                                                                        None, "", pins))
+def _linked_pins(tmp_path):
+    """The pins with the line linked to its CUDA 12 headers' libraries (no dispatch library): a CUDA 12 line."""
+    text = P.PINS_FILE.read_text()
+    (tmp_path / "pins.toml").write_text(text.replace('cuda_binding = "dispatch"\n', ""))
+    return P.load(path=tmp_path / "pins.toml")
 
 
-def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build():
-    pins = P.load()
-    mix = installmatrix.Case(pins.matrix.torch_version, "uv", pins.oeq_line("cu128"), mix=True)
-    seen = {"torch": pins.matrix.consumer_torch, "cuda": pins.oeq_binary.cuda, "oeq_version": CU12, "precompiled": True,
+def test_judge_of_the_mixed_pair_wants_a_one_line_refusal_and_no_build(tmp_path):
+    """A line of one CUDA major beside FastMACE's torch of another (no such pair today: the one line serves both)."""
+    pins = _linked_pins(tmp_path)
+    line = pins.oeq_line(P.load().oeq_binary.name)
+    cu12 = line.version(OEQ)
+    mix = installmatrix.Case(pins.matrix.torch_version, "uv", line, mix=True)
+    seen = {"torch": pins.matrix.consumer_torch, "cuda": pins.matrix.cuda, "oeq_version": cu12, "precompiled": True,
             "built": False, "error": "libcudart.so.12: cannot open shared object file", "ops": []}
-    refused = (1, f"host extension: unusable; openequivariance {CU12} is built for CUDA 12, ...\n")
+    refused = (1, f"host extension: unusable; openequivariance {cu12} is built for CUDA 12, ...\n")
     assert installmatrix.judge(mix, seen, refused, "", pins) == []
     assert installmatrix.judge(mix, {**seen, "built": True}, refused, "", pins)  # it must not load
     assert installmatrix.judge(mix, seen, (0, "host extension: OpenEquivariance precompiled (x)"), "", pins)
     assert installmatrix.judge(mix, seen, refused, "g++ -c jit.cpp", pins)  # nor build anything
 
 
-def test_the_plan_covers_every_line_and_the_mix():
+def test_the_plan_covers_every_torch_of_the_line_and_no_mix():
     pins = P.load()
     cases = installmatrix.plan(pins, None, ["pip", "uv"])
-    got = {(c.torch, c.line.name, c.installer, c.mix) for c in cases}
-    cu13, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
-    assert (cu12.tested_torch[0], "cu128", "uv", False) in got and (cu13.tested_torch[-1], "cu130", "pip", False) in got
-    assert (pins.matrix.torch_version, "cu128", "pip", True) in got  # the mix: fastmace-oeq-ext's torch
+    got = {(c.torch, c.line.key, c.installer, c.mix) for c in cases}
+    x86, arm_line = pins.line_builds(pins.oeq_binary.name)
+    assert (x86.tested_torch[0], x86.key, "uv", False) in got and (x86.tested_torch[-1], x86.key, "pip", False) in got
+    assert not any(c.mix for c in cases)  # the one line serves every CUDA torch: no pair to refuse
     # aarch64 rows: every tested torch with each emulated CPython (Debian 12's 3.11, 13's 3.13, testing's 3.14)
     arm = pins.arches["aarch64"]
-    assert (cu13.tested_torch[-1], "cu130", "uv", False) in \
-        {(c.torch, c.line.name, c.installer, c.mix) for c in cases if c.foreign}
+    assert (arm_line.tested_torch[-1], arm_line.key, "uv", False) in \
+        {(c.torch, c.line.key, c.installer, c.mix) for c in cases if c.foreign}
     assert {c.python for c in cases if c.foreign} == set(arm.emulated_pythons)
     # x86_64: the host's CPython, and Debian testing's 3.14 and 3.15 in their root for the torches that have
-    # wheels for them, on the line with a stable-ABI wheel (cu130; cu128's torch has neither)
+    # wheels for them (the stable-ABI wheel)
     rooted = {(c.torch, c.line.key, c.python, c.installer) for c in cases if c.rooted}
-    assert rooted == {(t, "cu130-x86_64", v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
-                      for t in row["torch"] for i in ("pip", "uv")} and rooted
-    # and the free-threaded CPython built here, for each x86_64 line on the torches with its wheel
+    assert rooted == {(t, x86.key, v, i) for v, row in pins.arches["x86_64"].debian_pythons.items()
+                      for t in row["torch"] if t in x86.tested_torch for i in ("pip", "uv")} and rooted
+    # and the free-threaded CPython built here, on the torches with its wheel
     threaded = {(c.torch, c.line.key, c.installer) for c in cases if c.free_threaded}
-    assert threaded == {(t, l.key, i) for l in pins.oeq_lines if l.arch.name == "x86_64" for t in l.tested_torch
-                        if t in pins.freethreaded["3.14t"].torch for i in ("pip", "uv")} and threaded
+    assert threaded == {(t, x86.key, i) for t in x86.tested_torch if t in pins.freethreaded["3.14t"].torch
+                        for i in ("pip", "uv")} and threaded
     per_line = lambda l: len(l.tested_torch) * (len(l.arch.emulated_pythons) if l.arch.name == "aarch64" else 1)
-    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + len(threaded) + 1
-    floor, py = cu13.tested_torch[0], sorted(arm.emulated_pythons)[-1]
+    assert len(cases) == 2 * sum(per_line(l) for l in pins.oeq_lines) + len(rooted) + len(threaded)
+    floor, py = arm_line.tested_torch[0], sorted(arm.emulated_pythons)[-1]
     narrow = installmatrix.plan(pins, [floor], ["uv"], ["aarch64"], [py])
-    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [(floor, "cu130-aarch64", py, "uv")]
+    assert [(c.torch, c.line.key, c.python, c.installer) for c in narrow] == [(floor, arm_line.key, py, "uv")]
     with pytest.raises(installmatrix.UsageError, match="the OEq lines are built for x86_64, aarch64"):
         installmatrix.plan(pins, None, ["uv"], ["riscv64"])
     with pytest.raises(installmatrix.UsageError, match="no OEq line is tested on it"):
@@ -111,10 +118,10 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
     from oeq_wheels.checks import run_records
     from oeq_wheels.release.site import Wheel
     pins = P.load()
-    cu13, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
+    cu13 = pins.oeq_binary
     wheels = []
-    for line in (cu13, cu12):
-        name = f"openequivariance-{line.version(pins.oeq.version)}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    for tag in ("cp311-cp311", "cp310-cp310"):
+        name = f"openequivariance-{cu13.version(pins.oeq.version)}-{tag}-manylinux_2_28_x86_64.whl"
         (tmp_path / name).write_bytes(name.encode())
         wheels.append(Wheel(tmp_path / name, name, hashlib.sha256(name.encode()).hexdigest()))
     arm = wheels[0].name.replace("x86_64", "aarch64")  # served, but no case here is of that architecture
@@ -126,7 +133,8 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
     cases[0].ok, cases[0].result, cases[1].result = True, "PASS", "FAIL: install failed"
     rec = installmatrix.write_record(tmp_path / "r.json", "0" * 40, cases, wheels, [ext], "3.11", pins)
     back = run_records.load(tmp_path / "r.json")
-    assert back.wheels == {wheels[0].name: wheels[0].sha256, ext.name: hashlib.sha256(b"ext").hexdigest()} == rec.wheels
+    assert back.wheels == {**{w.name: w.sha256 for w in wheels[:2]}, ext.name: hashlib.sha256(b"ext").hexdigest()} \
+        == rec.wheels
     assert back.ok is False and [c["result"] for c in back.results["cases"]] == ["PASS", "FAIL: install failed"]
     assert back.machine["torch"] == f"{pins.matrix.torch_version}, 9.9.9"
 
@@ -138,12 +146,12 @@ def test_the_free_threaded_rows_run_each_line_on_the_torches_with_its_wheel_and_
                                                                          plain=False)]
     # each line on the pinned torches that have a cp314t wheel and that it is tested on
     assert rows == [(t, l.key, "3.14t") for l in pins.oeq_lines if l.arch.name == "x86_64" for t in l.tested_torch
-                    if t in ft.torch] and {r[1] for r in rows} == {"cu130-x86_64", "cu128-x86_64"}
+                    if t in ft.torch] and {r[1] for r in rows} == {pins.oeq_binary.key}
     newest = ft.torch[-1]
     case = installmatrix.Case(newest, "uv", pins.oeq_binary, python="3.14t")
     assert case.free_threaded and not case.rooted and not case.foreign
-    assert case.index == "cu130 py3.14t (free-threaded, built here)"
-    good = {"torch": newest, "cuda": pins.oeq_binary.cuda, "python": ft.source.version, "free_threaded": True,
+    assert case.index == f"{pins.oeq_binary.name} py3.14t (free-threaded, built here)"
+    good = {"torch": newest, "cuda": pins.matrix.cuda, "python": ft.source.version, "free_threaded": True,
             "gil_after_torch": False, "gil_after_oeq": False, "oeq_version": pins.oeq_binary.version(OEQ),
             "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
     assert installmatrix.judge(case, good, None, "", pins) == []
