@@ -105,7 +105,7 @@ def test_an_architecture_is_a_pins_table_and_its_files_are_pinned_beside_x86_64s
     pins = P.load()
     x86, arm = pins.oeq_binary, pins.oeq_line(pins.oeq_binary.name, "aarch64")
     # The same line: one version, one index; its aarch64 build reads PyPI's oldest aarch64 CUDA torch (a CUDA 13
-    # one: PyPI's 2.10.0 for aarch64 is a CPU build), its [oeq_binary.lines.X.arch.aarch64] table says so.
+    # one: PyPI's x86_64 floor is a CPU build for aarch64), its [oeq_binary.lines.X.arch.aarch64] table says so.
     assert (arm.version(pins.oeq.version), arm.name, arm.pythons, arm.index_paths) == \
         (x86.version(pins.oeq.version), x86.name, x86.pythons, x86.index_paths)
     assert arm.cuda_major == "13" and arm.torch_min > x86.torch_min and arm.torch.version == arm.tested_torch[0]

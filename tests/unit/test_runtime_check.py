@@ -332,7 +332,7 @@ def test_the_fix_names_our_index_of_torchs_cuda_major_not_of_its_minor(monkeypat
 
 
 def test_a_build_record_of_schema_2_says_one_cuda_major_and_is_still_read():
-    """Binary OEq wheels of a CUDA line (0.7.0+oeqwheels.cu13.2 and before) record one cuda_major (schema 2)."""
+    """Binary OEq wheels of a CUDA line (oeqwheels.cu13.2 and before) record one cuda_major (schema 2)."""
     import json
     from fastmace_oeq_ext.oeq_build import OeqBuild
     raw = json.loads(build_record(("13",), "2.11", f"{OEQ}+oeqwheels.cu13.2"))

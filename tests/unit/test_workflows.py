@@ -73,8 +73,8 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     assert "name: wheels\n          path: dist/*.whl" in build and "name: wheels" in pypi
     assert "oeq-wheels" not in pypi and "dist-extra" not in pypi
     # The binary OEq wheels and SHA256SUMS are built, kept and attached to the release.
-    assert "path: |\n            dist-extra/*.whl\n            dist-extra/variants/*.whl" in build and \
-        "dist-extra/SHA256SUMS" in build  # the lines' wheels and their PEP 825 variants
+    assert "path: |\n            dist-extra/*.whl\n" in build and \
+        "dist-extra/SHA256SUMS" in build  # the line's wheels and the fastmace-oeq-ext builds that name it
     assert "make install-matrix" in build and "x86_64_torches" in build  # both CUDA lines (release_plan), before
     # anything is published
     assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
@@ -254,8 +254,9 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
     assert r.returncode == 0, r.stderr
     out = dict(line.split("=", 1) for line in r.stdout.splitlines())
     assert out == release_plan(pins) and json.loads(out["pythons"]) == list(pins.matrix.pythons)
-    assert out["x86_64_torches"].split(",") == [pins.matrix.torch_version, pins.oeq_line("cu128").tested_torch[0]]
-    assert out["aarch64_torches"] == pins.oeq_line("cu130", "aarch64").tested_torch[0]
+    x86, arm = pins.line_builds(pins.oeq_binary.name)
+    assert out["x86_64_torches"].split(",") == [pins.matrix.torch_version, x86.tested_torch[0]]  # CUDA 13, CUDA 12
+    assert out["aarch64_torches"] == arm.tested_torch[0]
     text = (REPO / ".github" / "workflows" / "release.yml").read_text()
     torches = {t for l in pins.oeq_lines for t in l.tested_torch} | {pins.matrix.torch_version}
     assert [t for t in sorted(torches) if t in text] == []
@@ -270,9 +271,9 @@ def test_release_takes_its_pythons_and_torches_from_the_pins_not_from_its_own_te
 
 def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
     """tests/claims.toml's torch-row names what release.yml's build job installs, and no more (an ELSEWHERE row is
-    only as strong as the job it names): fastmace-oeq-ext's torch and the cu128 line's floor with pip on CPython
-    3.12, the first also on Debian testing's 3.14, both on the free-threaded 3.14t, the mixed pair; the aarch64 line's floor with pip and uv on each
-    emulated arm64 CPython. Every torch with both installers is `make install-matrix` by hand, a row of its own."""
+    only as strong as the job it names): fastmace-oeq-ext's torch (CUDA 13) and the line's floor (CUDA 12) with pip on
+    CPython 3.12, the first also on Debian testing's 3.14, both on the free-threaded 3.14t; the aarch64 build's floor
+    with pip and uv on each emulated arm64 CPython. Every torch with both installers is `make install-matrix` by hand, a row of its own."""
     import re
     import shlex
     from support import claims
@@ -289,16 +290,15 @@ def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
         ran |= {(c.torch, c.line.key, c.installer, c.python or a.python, c.mix) for c in installmatrix.plan(
             pins, a.torch, a.installer, a.arch, a.emulated_python, plain=not a.only_debian_pythons)}
     v = claims.pinned()  # the values the row's placeholders name
-    cu13, cu12, arm = pins.oeq_line("cu130").key, pins.oeq_line("cu128").key, pins.oeq_line("cu130", "aarch64").key
-    assert ran == {(v["matrix_torch"], cu13, "pip", "3.12", False), (v["cu128"], cu12, "pip", "3.12", False),
-                   (v["matrix_torch"], cu13, "pip", "3.14", False),  # Debian testing's CPython, natively
-                   (v["matrix_torch"], cu13, "pip", "3.14t", False),  # the free-threaded CPython built here
-                   (v["cu128"], cu12, "pip", "3.14t", False),
-                   (v["matrix_torch"], cu12, "pip", "3.12", True),  # the mixed pair, refused
+    x86, arm = (b.key for b in pins.line_builds(pins.oeq_binary.name))
+    assert ran == {(v["matrix_torch"], x86, "pip", "3.12", False), (v["cu128"], x86, "pip", "3.12", False),
+                   (v["matrix_torch"], x86, "pip", "3.14", False),  # Debian testing's CPython, natively
+                   (v["matrix_torch"], x86, "pip", "3.14t", False),  # the free-threaded CPython built here
+                   (v["cu128"], x86, "pip", "3.14t", False),
                    *{(v["floor"], arm, i, py, False) for i in ("pip", "uv") for py in ("3.11", "3.13", "3.14")}}
     (row,) = [r for c in claims.load() if c.id == "torch-row" for r in c.rows if r.elsewhere.startswith("release.yml")]
     assert row.name == (f"{v['matrix_torch']} and {v['cu128']}+cu128 with pip on CPython 3.12, {v['matrix_torch']} "
-                        "with pip on Debian testing's 3.14, both on free-threaded 3.14t, the mixed pair refused; aarch64: "
+                        "with pip on Debian testing's 3.14, both on free-threaded 3.14t; aarch64: "
                         f"{v['floor']} with pip and uv on Debian's arm64 3.11, 3.13, 3.14 under qemu")
 
 
@@ -309,7 +309,7 @@ def test_every_wheel_the_release_attaches_and_serves_is_attested_with_least_priv
     assert attest["needs"] == "preflight"  # before any upload
     assert downloads(attest) == {"wheels": "dist", "oeq-wheels": "dist-extra"}  # both packages' wheels
     (step,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
-    assert step["with"]["subject-path"].split() == ["dist/*.whl", "dist-extra/*.whl", "dist-extra/variants/*.whl"]
+    assert step["with"]["subject-path"].split() == ["dist/*.whl", "dist-extra/*.whl"]
     from oeq_wheels import pins as P
     assert f"gh attestation verify WHEEL --repo {P.load().repository}" in (REPO / "README.md").read_text()
 
