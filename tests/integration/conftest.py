@@ -39,8 +39,8 @@ def cache() -> Path:
 
 @pytest.fixture(scope="session")
 def cp311_wheel(tmp_path_factory, cache) -> Path:
-    """The wheel for CPython 3.11 (the same run builds every OEq line's cp311 wheel: cu130 for x86_64 and,
-    cross-compiled, aarch64; cu128), with the pipeline's own cache: the objects `make wheels` left, else compiled
+    """The wheel for CPython 3.11 (the same run builds the OEq line's cp311 wheels: x86_64 and, cross-compiled,
+    aarch64), with the pipeline's own cache: the objects `make wheels` left, else compiled
     there. The suite's real compile in an empty object cache is resumed_build (below), held byte-identical
     to this one by test_interrupts.py."""
     out = tmp_path_factory.mktemp("wheels") / "dist"
@@ -50,7 +50,7 @@ def cp311_wheel(tmp_path_factory, cache) -> Path:
         rows, failures = build.run(build.Options(out, ["3.11"], cache=cache))
     assert not failures, failures
     pins = pins_mod.load()
-    assert len(rows) == len(pins.ext_variants) + 2 * len(pins.oeq_lines)  # each line's wheel and its variant
+    assert len(rows) == len(pins.ext_variants) + len(pins.oeq_lines)  # a wheel of each architecture's build
     (whl,) = out.glob("*.whl")
     return whl
 
@@ -86,41 +86,35 @@ def resumed_build(tmp_path_factory, cache):
 
 @pytest.fixture(scope="session")
 def cp311_oeq_wheel(cp311_wheel) -> Path:
-    """The CUDA 13 line's binary openequivariance wheel for CPython 3.11, built beside cp311_wheel."""
-    return oeq_wheel_of(cp311_wheel.parent, "cu130")
+    """The binary openequivariance wheel for CPython 3.11 (x86_64; every CUDA torch), built beside cp311_wheel."""
+    return oeq_wheel_of(cp311_wheel.parent, pins_mod.load().oeq_binary.name)
 
 
 def x86_64_oeq_wheel(tmp_path_factory, cache, python: str) -> Path:
-    """The CUDA 13 line's x86_64 wheel of one CPython, built with every line's beside it."""
+    """The OEq line's x86_64 wheel of one CPython, built with its aarch64 wheel beside it."""
     out = tmp_path_factory.mktemp(f"py{python}") / "dist"
     with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
         rows, failures = build.run(build.Options(out, [python], cache=cache, arches=["x86_64"]))
     assert not failures, failures
-    return oeq_wheel_of(out, "cu130")
+    return oeq_wheel_of(out, pins_mod.load().oeq_binary.name)
 
 
 @pytest.fixture(scope="session")
 def abi3_oeq_wheel(tmp_path_factory, cache) -> Path:
-    """The CUDA 13 line's stable-ABI x86_64 wheel (cp312-abi3: CPython 3.12 and every later one)."""
+    """The OEq line's stable-ABI x86_64 wheel (cp312-abi3: CPython 3.12 and every later one)."""
     return x86_64_oeq_wheel(tmp_path_factory, cache, "3.12")
 
 
 @pytest.fixture(scope="session")
 def ft_oeq_wheel(tmp_path_factory, cache) -> Path:
-    """The CUDA 13 line's free-threaded x86_64 wheel (cp314-cp314t), the cu128 line's beside it."""
+    """The OEq line's free-threaded x86_64 wheel (cp314-cp314t)."""
     return x86_64_oeq_wheel(tmp_path_factory, cache, "3.14t")
 
 
 @pytest.fixture(scope="session")
 def cp311_oeq_aarch64_wheel(cp311_wheel) -> Path:
-    """The CUDA 13 line's aarch64 wheel for CPython 3.11, cross-compiled beside cp311_wheel."""
-    return oeq_wheel_of(cp311_wheel.parent, "cu130", "aarch64")
-
-
-@pytest.fixture(scope="session")
-def cp311_oeq_cu12_wheel(cp311_wheel) -> Path:
-    """The CUDA 12 line's binary openequivariance wheel for CPython 3.11, built beside cp311_wheel."""
-    return oeq_wheel_of(cp311_wheel.parent, "cu128")
+    """The OEq line's aarch64 wheel for CPython 3.11, cross-compiled beside cp311_wheel."""
+    return oeq_wheel_of(cp311_wheel.parent, pins_mod.load().oeq_binary.name, "aarch64")
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,7 @@ def wheels_in(out: Path) -> set[str]:
 
 
 def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64", tag: str = "*") -> Path:
-    """The one binary openequivariance wheel of an OEq line (cu130, cu128), architecture and Python tag (cp311-cp311;
+    """The one binary openequivariance wheel of an OEq line (its name: pins.oeq_binary.name), architecture and Python tag (cp311-cp311;
     any, where outdir holds one CPython's build) in outdir's OUTDIR-extra."""
     from oeq_wheels import pins
     from oeq_wheels.output import extra_dir
