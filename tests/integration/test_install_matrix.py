@@ -71,7 +71,7 @@ def test_a_free_threaded_cpython_installs_its_own_wheel_and_keeps_the_gil_off(ft
                                                                               tmp_path, record_property):
     """CPython 3.14t (free-threaded, built here from its pinned source: inputs/freethreaded.py) loads no abi3
     module: a plain pip or uv install of PyPI's newest torch with a cp314t wheel and openequivariance from the served
-    cu130 index, every compiler a sentinel before it, takes our cp314-cp314t wheel; OEq loads
+    index, every compiler a sentinel before it, takes our cp314-cp314t wheel; OEq loads
     oeq_stable_cuda.cpython-314t-*.so with its operators, nothing is built, and the import leaves the GIL off (the
     module declares Py_MOD_GIL_NOT_USED). `make install-matrix` runs each pinned torch of it with both installers."""
     ft = P.load().freethreaded["3.14t"]
