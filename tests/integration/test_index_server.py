@@ -12,7 +12,7 @@ from support import REPO
 from oeq_wheels import pins as P
 from oeq_wheels.release import publish, recorded, site
 from oeq_wheels.checks import hosts, installmatrix
-from oeq_wheels.output import extra_dir, variants_dir
+from oeq_wheels.output import extra_dir
 
 from support.uploads import UPLOAD_PASSWORD as PASSWORD
 
@@ -79,7 +79,7 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
     site_dir = site.write_site(tmp_path / "site", site.from_outdir(extra_dir(release_set), pins), pins)
     with hosts.pages(site_dir, "oeq-wheels") as base:
         args = ["torch==" + pins.matrix.torch_version, pins.package_name,
-                "--extra-index-url", base + "cu130/simple/", "--extra-index-url", url + "simple/"]
+                "--extra-index-url", base + pins.oeq_binary.index_paths[0] + "/", "--extra-index-url", url + "simple/"]
         case = installmatrix.run_case(installmatrix.Case(pins.matrix.torch_version, "pip", pins.oeq_binary),
                                       pins, args, installmatrix.pythons.find("3.11").executable, False, print,
                                       with_fastmace=True)
@@ -88,12 +88,10 @@ def test_plain_twine_upload_then_pip_install_from_the_server(release_set, upload
 
 def test_the_release_set_is_exactly_the_recorded_set_every_wheel_by_name_and_bytes(release_set):
     """Every wheel the full build gives, both packages and every line and architecture, is records/release.json's,
-    by exact name and sha256, and no recorded wheel is missing: all 32 (the lines' PEP 825 variants among them), not a
-    sample. A change that alters any wheel's bytes fails here, naming each file it alters, until the set is recorded
+    by exact name and sha256, and no recorded wheel is missing: all 16, not a sample. A change that alters any wheel's bytes fails here, naming each file it alters, until the set is recorded
     again."""
     record = recorded.load()
-    built = sorted([*release_set.glob("*.whl"), *extra_dir(release_set).glob("*.whl"),
-                    *variants_dir(extra_dir(release_set)).glob("*.whl")], key=lambda w: w.name)
+    built = sorted([*release_set.glob("*.whl"), *extra_dir(release_set).glob("*.whl")], key=lambda w: w.name)
     problems = record.problems(built)  # a line per built file not recorded, or recorded with other bytes
     problems += [f"{name} is in the recorded set but was not built"
                  for name in sorted(set(record.wheels) - {w.name for w in built})]
@@ -107,8 +105,7 @@ def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):
     pinned build gives those bytes. A change that alters them fails here until the GPU runs are made again."""
     from oeq_wheels.checks import run_records
     from oeq_wheels.files import sha256_file
-    built = {w.name: w for w in [*release_set.glob("*.whl"), *extra_dir(release_set).glob("*.whl"),
-                                 *variants_dir(extra_dir(release_set)).glob("*.whl")]}
+    built = {w.name: w for w in [*release_set.glob("*.whl"), *extra_dir(release_set).glob("*.whl")]}
     compared = []
     for rec in run_records.all_records():
         for name, digest in sorted(rec.wheels.items()):

@@ -14,8 +14,7 @@ from support.artifacts import forgeries
 from oeq_wheels import pins as P
 
 from oeq_wheels.release import publish
-from oeq_wheels.oeq import variants
-from oeq_wheels.output import extra_dir, variants_dir
+from oeq_wheels.output import extra_dir
 
 
 def only_cp311(pins):
@@ -26,8 +25,7 @@ def only_cp311(pins):
 
 
 def release_dir(tmp_path, wheel, oeq_wheels):
-    """A build's output as the release sees it: OUTDIR and OUTDIR-extra (oeq_wheels: a list, or one wheel), each OEq
-    wheel's PEP 825 variant in OUTDIR-extra/variants."""
+    """A build's output as the release sees it: OUTDIR and OUTDIR-extra (oeq_wheels: a list, or one wheel)."""
     out = tmp_path / "dist"
     out.mkdir(parents=True)
     extra_dir(out).mkdir()
@@ -35,19 +33,15 @@ def release_dir(tmp_path, wheel, oeq_wheels):
         shutil.copy(wheel, out)
     for w in oeq_wheels if isinstance(oeq_wheels, list) else [oeq_wheels] if oeq_wheels else []:
         shutil.copy(w, extra_dir(out))
-        variant = variants_dir(w.parent) / str(variants.variant_name(P.load(), w.name))  # an OEq wheel's, beside it
-        if variant.is_file():
-            variants_dir(extra_dir(out)).mkdir(exist_ok=True)
-            shutil.copy(variant, variants_dir(extra_dir(out)))
     return out
 
 
 @pytest.fixture
-def oeq_set(cp311_oeq_wheel, cp311_oeq_cu12_wheel, cp311_oeq_aarch64_wheel, cp311_wheel):
-    """Every OEq line's cp311 wheel (cu130 for x86_64 and aarch64, cu128) and the fastmace-oeq-ext build that
-    names the cu130 one: the complete served set of the cp311 pins."""
+def oeq_set(cp311_oeq_wheel, cp311_oeq_aarch64_wheel, cp311_wheel):
+    """The OEq line's cp311 wheels (x86_64 and aarch64) and the fastmace-oeq-ext build that names it: the complete
+    served set of the cp311 pins."""
     (served,) = extra_dir(cp311_wheel.parent).glob("fastmace_oeq_ext-*.whl")
-    return [cp311_oeq_wheel, cp311_oeq_cu12_wheel, served, cp311_oeq_aarch64_wheel]
+    return [cp311_oeq_wheel, served, cp311_oeq_aarch64_wheel]
 
 
 def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
@@ -56,12 +50,13 @@ def test_incomplete_set_is_refused(cp311_wheel, oeq_set, tmp_path):
     with pytest.raises(publish.ReleaseError, match=rf"incomplete fastmace-oeq-ext set: no wheel for {missing}"):
         publish.publish(out, None, True, P.load())
     assert not (extra_dir(out) / "SHA256SUMS").exists()
-    out2 = release_dir(tmp_path / "b", cp311_wheel, oeq_set[:1])  # the CUDA 12 line is missing
-    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu128 x86_64 set: no wheel for cp311"):
+    name = P.load().oeq_binary.name
+    out2 = release_dir(tmp_path / "b", cp311_wheel, oeq_set[1:])  # the x86_64 OEq wheel is missing
+    with pytest.raises(publish.ReleaseError, match=rf"incomplete openequivariance {name} x86_64 set: no wheel for cp311"):
         publish.publish(out2, None, True, only_cp311(P.load()))
     # A build without a cross compiler leaves aarch64 out (with a note); such a release is refused.
-    out3 = release_dir(tmp_path / "c", cp311_wheel, oeq_set[:3])
-    with pytest.raises(publish.ReleaseError, match=r"incomplete openequivariance cu130 aarch64 set: no wheel for cp311"):
+    out3 = release_dir(tmp_path / "c", cp311_wheel, oeq_set[:2])
+    with pytest.raises(publish.ReleaseError, match=rf"incomplete openequivariance {name} aarch64 set: no wheel for cp311"):
         publish.publish(out3, None, True, only_cp311(P.load()))
 
 
@@ -73,12 +68,11 @@ def test_dry_run_verifies_and_writes_sha256sums(cp311_wheel, oeq_set, tmp_path, 
         assert f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" in sums
     r = subprocess.run(["sha256sum", "-c", str(extra_dir(out) / "SHA256SUMS")], cwd=extra_dir(out),
                        capture_output=True, text=True)
-    assert r.stdout.count(": OK") == 4  # the served wheels sit beside SHA256SUMS
+    assert r.stdout.count(": OK") == 3  # the served wheels sit beside SHA256SUMS
     printed = capsys.readouterr().out
     assert "dry run: would upload 1 fastmace-oeq-ext wheel(s)" in printed
-    # the three OEq wheels, their three variants, the cu130 fastmace-oeq-ext
-    assert "the 7 served wheel(s) (openequivariance, its lines' fastmace-oeq-ext and the lines' wheel variants) go to " \
-           "the GitHub release" \
+    # the two OEq wheels and the fastmace-oeq-ext build that names them
+    assert "the 3 served wheel(s) (openequivariance and its lines' fastmace-oeq-ext) go to the GitHub release" \
         in printed
     assert sorted(p.name for p in out.iterdir()) == [cp311_wheel.name]  # OUTDIR holds distributions only
     from oeq_wheels.release import site
