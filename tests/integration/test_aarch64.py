@@ -1,4 +1,4 @@
-"""The cu130 line for Linux aarch64 (GH200, DGX Spark): cross-compiled here, proven statically, loaded under emulation.
+"""The OEq line for Linux aarch64 (GH200, DGX Spark): cross-compiled here, proven statically, loaded under emulation.
 
 No aarch64 machine or GPU is here. What holds: the wheel's ELF files are aarch64 and link like the x86_64
 ones; verify, auditwheel's aarch64 policy and torch-abi-audit pass them; and Debian's arm64 CPython, run by
@@ -40,12 +40,12 @@ AOTI = EXTLIB + "liboeq_stable_cuda_aoti.so"
 
 def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(cp311_oeq_aarch64_wheel,
                                                                                  cp311_oeq_wheel):
-    arm, x86 = P.load().oeq_line("cu130", "aarch64"), P.load().oeq_line("cu130")
+    x86, arm = P.load().line_builds(P.load().oeq_binary.name)
     version = arm.version(P.load().oeq.version)
     assert cp311_oeq_aarch64_wheel.name == f"openequivariance-{version}-cp311-cp311-manylinux_2_28_aarch64.whl"
     with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as a, zipfile.ZipFile(cp311_oeq_wheel) as x:
         # The same sdist tree; only the two libraries (and the build record) differ from the x86_64 wheel.
-        same = {n for n in a.namelist() if not n.endswith((".so", "RECORD", "WHEEL", OEQ_BUILD_FILE))}
+        same = {n for n in a.namelist() if not n.endswith((".so", "RECORD", "WHEEL", OEQ_BUILD_FILE))}  # + dispatch
         assert same == {n for n in x.namelist() if not n.endswith((".so", "RECORD", "WHEEL", OEQ_BUILD_FILE))}
         assert all(a.read(n) == x.read(n) for n in same)
         for name in (MODULE, AOTI):
@@ -53,8 +53,9 @@ def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(
             facts = elf.elf_facts(data)
             assert facts["machine"] == "EM_AARCH64" and facts["stripped"]
             assert facts["runpath"] == x86.runpath() == arm.runpath()
-            assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
-                    "libcublas.so.13", "libcuda.so.1"} <= set(facts["needed"])
+            assert {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", arm.dispatch_library,
+                    "libcuda.so.1"} <= set(facts["needed"])
+            assert not [n for n in facts["needed"] if n.startswith(("libcudart.so", "libnvrtc.so", "libcublas.so"))]
             needs = elf.dynamic_symbols(data, defined=False)
             assert not [n for n, _ in needs if elf.TORCH_CXX.search(n)]
             glibc = elf.glibc_max_symbol(data)  # a version, compared as one: GLIBC_2.4 is older than 2.28
@@ -65,15 +66,16 @@ def test_the_aarch64_wheel_is_aarch64_throughout_and_records_its_aarch64_inputs(
     assert (record.torch_min, record.platform_tag) == (arm.torch_min, "manylinux_2_28_aarch64")
 
 
-def test_verify_and_torch_abi_audit_pass_it(cp311_oeq_aarch64_wheel, cp311_oeq_cu12_wheel):
-    r = run_cli("verify", str(cp311_oeq_aarch64_wheel), str(cp311_oeq_cu12_wheel))
+def test_verify_and_torch_abi_audit_pass_it(cp311_oeq_aarch64_wheel, cp311_oeq_wheel):
+    r = run_cli("verify", str(cp311_oeq_aarch64_wheel), str(cp311_oeq_wheel))
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"OK   {cp311_oeq_aarch64_wheel.name}  tag cp311-cp311-manylinux_2_28_aarch64 "
                                "(auditwheel: manylinux_2_")  # auditwheel's aarch64 policy
     audit = f"torch-abi-audit {md.version('torch-abi-audit')}: Torch ABI STABLE, min torch"  # the locked tool's
-    assert lines[1].strip() == f"{audit} {P.load().oeq_line('cu130', 'aarch64').torch.version}"
-    assert lines[3].strip() == f"{audit} {P.load().oeq_line('cu128').torch.version}"  # the cu128 line
+    x86, arm = P.load().line_builds(P.load().oeq_binary.name)
+    assert lines[1].strip() == f"{audit} {arm.torch.version}"
+    assert lines[3].strip() == f"{audit} {x86.torch.version}"  # the x86_64 build's floor: CUDA 12.8's torch
 
 
 def repack(wheel, tmp_path, edit, name=None):
@@ -108,7 +110,7 @@ def test_the_gate_refuses_a_binary_of_the_other_architecture(cp311_oeq_aarch64_w
 
 
 def test_torch_abi_audit_is_a_real_second_opinion(cp311_oeq_aarch64_wheel, cp311_wheel):
-    line = P.load().oeq_line("cu130", "aarch64")
+    line = P.load().oeq_line(P.load().oeq_binary.name, "aarch64")
     with zipfile.ZipFile(cp311_oeq_aarch64_wheel) as zf:
         libs = {MODULE: zf.read(MODULE), AOTI: zf.read(AOTI)}
     said, problems = torch_abi_audit(libs, line)
@@ -198,11 +200,12 @@ def test_debians_arm64_cpython_loads_it_under_emulation_with_every_compiler_a_se
     """The install matrix's aarch64 rows at the line's floor torch, with Debian 12's CPython 3.11 (its
     cp311 wheel), Debian 13's 3.13 and Debian testing's 3.14 (the cp312-abi3 wheel): `make install-matrix` runs
     every tested torch. Served as the release serves the site; raises on any failure."""
-    floor = P.load().oeq_line("cu130", "aarch64").tested_torch[0]
+    line = P.load().oeq_line(P.load().oeq_binary.name, "aarch64")
+    floor = line.tested_torch[0]
     assert installmatrix.run(abi3_set, [floor], [installer], "3.11", arches=["aarch64"],
                              emulated_pythons=[python], uv_cache=aarch64_uv_cache, standins=True) == 0
     table = capsys.readouterr().out
-    assert f"{floor}  cu130 aarch64 py{python}  {installer}" in table and \
+    assert f"{floor}  {line.name} aarch64 py{python}  {installer}" in table and \
         "OEq precompiled (our aarch64 wheel; emulated import" in table and "PASS" in table
     # NVIDIA's aarch64 wheels as stand-ins (~2 GB PyPI never sends): what torch and OEq take from them is stubbed,
     # the exact set printed in the proof table's row; with NVIDIA's wheels whole (no stand-in index) nothing is.
@@ -215,12 +218,12 @@ def test_aarch64_under_emulation_loads_oeqs_precompiled_extension(emulation, cp3
                                                                   sentinels, tmp_path, aarch64_uv_cache,
                                                                   record_property):
     """FastMACE's rules (contrib/fastmace, test_fastmace_rules.py) on GH200 / DGX Spark, as near as this host gets:
-    Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the cu130 line's floor,
+    Debian 12's arm64 CPython 3.11 under qemu, in a venv holding PyPI's aarch64 torch at the aarch64 build's floor,
     the pinned FastMACE and our aarch64 binary OEq, no fastmace-oeq-ext, no compiler. Today FastMACE
     refuses (its prebuilt is x86_64-only and it forces the JIT extension); with the rules OEq loads its own
     precompiled aarch64 extension."""
     pins = P.load()
-    line = pins.oeq_line("cu130")
+    line = pins.oeq_line(pins.oeq_binary.name, "aarch64")
     torch, python = line.tested_torch[0], "3.11"
     # As FastMACE's rules on another CUDA 13 torch (test_fastmace_rules.py venv_for): of NVIDIA's wheels only those
     # FastMACE's runtime looks for; load stubs (of this root's architecture) for the rest, which nothing calls here.

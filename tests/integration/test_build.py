@@ -37,7 +37,7 @@ def test_wheel_contents_and_metadata(cp311_wheel):
     assert f"Requires-Dist: openequivariance=={pins.oeq.version}\n" in meta
     assert "Requires-Python: ==3.11.*" in meta and "License-Expression: MIT AND BSD-3-Clause" in meta
     # The PyPI page: an install line (and how to get OEq without a compiler), links to the project's sources.
-    assert f"\n    pip install fastmace-oeq-ext --extra-index-url {pins.index_url('cu130')}\n" in meta
+    assert f"\n    pip install fastmace-oeq-ext --extra-index-url {pins.index_url(pins.oeq_binary.name)}\n" in meta
     assert "Project-URL: OpenEquivariance, https://github.com/PASSIONLab/OpenEquivariance" in meta
     assert manifest.sha256 == hashlib.sha256(lib).hexdigest()
     assert (manifest.torch_version, manifest.torch_local, manifest.cuda, manifest.cxx11_abi) == (pins.matrix.torch_version, pins.matrix.torch_local, pins.matrix.cuda, 1)
