@@ -43,7 +43,7 @@ from pathlib import Path
 
 OEQ_STABLE_LIBRARY = "liboeq_stable_cuda_aoti.so"  # OEq 0.7.0 takes its precompiled path when this exists
 OEQ_STABLE_FLOOR = (2, 10)  # OEq 0.7.0: "PyTorch version ... is < 2.10, minimum required for precompiled extension"
-OEQ_BUILD_RECORD = "oeq_wheels_build.json"  # a binary wheel's record: cuda_major, torch_min
+OEQ_BUILD_RECORD = "oeq_wheels_build.json"  # a binary wheel's record: cuda_majors (or cuda_major), torch_min
 OEQ_PRECOMPILED_SOURCE = "oeq-precompiled"  # RuntimePlan.extension["source"] when rule 2 applies
 FASTMACE_VERSION = "1.0.0"  # the FastMACE whose interfaces this is written against
 
@@ -185,10 +185,11 @@ def oeq_precompiled(environ=None, package_directory=None, torch=None, record=Non
         return rt.Prebuilt(None, record, f"openequivariance {oeq}'s precompiled extension is for CUDA; torch {version} "
                                          f"is a {'HIP' if torch.get('hip') else 'CPU'} build")
     have = _release_tuple(version)
-    major = record.get("cuda_major")
-    if major and torch["cuda"].split(".")[0] != str(major):
-        return rt.Prebuilt(None, record, f"openequivariance {oeq} is built for CUDA {major}, torch {version} is built "
-                                         f"for CUDA {torch['cuda']}")
+    # the CUDA majors it serves: schema 3's cuda_majors (one build for CUDA 12 and 13), schema 2's one cuda_major
+    majors = [str(m) for m in record.get("cuda_majors") or ([record["cuda_major"]] if record.get("cuda_major") else [])]
+    if majors and torch["cuda"].split(".")[0] not in majors:
+        return rt.Prebuilt(None, record, f"openequivariance {oeq} is built for CUDA {' and '.join(majors)}, torch "
+                                         f"{version} is built for CUDA {torch['cuda']}")
     floor = _release_tuple(record.get("torch_min")) or OEQ_STABLE_FLOOR
     if have is None or have < max(floor, OEQ_STABLE_FLOOR):
         wanted = ".".join(map(str, max(floor, OEQ_STABLE_FLOOR)))
