@@ -9,18 +9,17 @@ contrib/fastmace/launch.py does; nothing is written into FastMACE's files). Each
 prebuilt_extension(), its doctor's OpenEquivariance check, its prepare_in_process() and then `import
 openequivariance`; and the `fastmace doctor` command itself.
 
-Rows (torch versions from pins.toml: the FastMACE matrix's torch, the cu130 line's tested_torch, the cu128 line's):
+Rows (torch versions from pins.toml: the FastMACE matrix's torch, the OEq line's tested_torch):
 - PyPI's copy of post1's torch + the owner's published fastmace-oeq-ext (post1) + PyPI's OEq: today refused
   (X.Y.Z+cu130 != X.Y.Z); with the rules the prebuilt is used, nothing compiled;
-- every tested CUDA 13 torch of the cu130 line (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
-  binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
-  never set, `import openequivariance` loads it, nothing compiled;
-- the CUDA 12 torch (the cu128 line's, older than the line's floor too) + our cu13.1 OEq: refused with a reason that
-  names both versions, and FastMACE's own fallback (no CUDA 13 runtime) where the switch allows a build.
+- every tested torch of the line, CUDA 12 (2.10.0) and CUDA 13 (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
+  one binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
+  never set, `import openequivariance` loads it, nothing compiled; at the oldest and the newest torch the loader's own
+  account shows the dispatch library bound that torch's CUDA major's libraries and no other major's.
 Unpatched FastMACE's rows stay in test_fastmace.py; the aarch64 row (under qemu) is test_aarch64.py's, beside the
 other emulated installs, whose uv cache it shares.
 
-Cost: a uv venv per torch (the cu130 line's and the cu128 line's). The matrix's torch is the cached venv other tests
+Cost: a uv venv per torch of the line. The matrix's torch is the cached venv other tests
 share, NVIDIA's wheels included; every other torch's venv (torch and its requirements but most of NVIDIA's wheels
 and Triton, with load stubs for the missing libraries: nothing here calls into CUDA or compiles) and its own uv cache live in the test's
 tmp_path and go when it passes (venv_for), so the suite holds one such stack at a time, and each run installs them
@@ -86,11 +85,11 @@ print("RULES " + json.dumps(out, default=str))
 
 
 def torches() -> list[str]:
-    line = P.load().oeq_line("cu130")
+    line = P.load().oeq_binary
     chosen = os.environ.get("OEQ_RULES_TORCHES", "")
     if chosen:  # e.g. the floor and the newest for a quicker run by hand
         return chosen.split(",")
-    return list(line.tested_torch)  # every tested CUDA 13 torch; docs/fastmace-proposal.md says what it costs
+    return list(line.tested_torch)  # every tested torch, CUDA 12 and 13; docs/fastmace-proposal.md says what it costs
 
 
 @pytest.fixture(scope="session")
@@ -102,15 +101,9 @@ def built(request) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cu130_oeq(built) -> Path:
-    """Our cu130 binary OEq for CPython 3.11 (x86_64)."""
-    return oeq_wheel_of(built, "cu130", tag="cp311-cp311")
-
-
-@pytest.fixture(scope="session")
-def cu128_oeq(built) -> Path:
-    """Our cu128 binary OEq for CPython 3.11 (x86_64): the CUDA 12 line."""
-    return oeq_wheel_of(built, "cu128", tag="cp311-cp311")
+def our_oeq(built) -> Path:
+    """Our binary OEq for CPython 3.11 (x86_64): one wheel for every CUDA torch."""
+    return oeq_wheel_of(built, P.load().oeq_binary.name, tag="cp311-cp311")
 
 
 # OEq alone, as `import openequivariance` loads it: its precompiled extension or why not.
@@ -125,7 +118,7 @@ print("OEQ " + json.dumps({"torch": torch.__version__, "precompiled": extlib.USE
 """.replace("{LOADED}", LOADED)
 
 
-# OEQ_LOAD, then what the dispatch library bound (the dispatch build's wheels: cuda_binding = "dispatch").
+# OEQ_LOAD, then what the dispatch library bound.
 DISPATCH_LOAD = OEQ_LOAD + r"""
 import ctypes, os
 d = ctypes.CDLL(os.path.join(os.path.dirname(extlib.extension_module.__file__), "liboeq_cuda_dispatch.so"))
@@ -135,13 +128,10 @@ print("DISPATCH " + json.dumps({"major": d.oeq_cuda_dispatch_major(),
 """
 
 
-def dispatch_loads(venv: Path, dispatch_set, major: str, oeq_ops, sentinels, tmp_path: Path, record) -> None:
-    """The dispatch build's one cp311 wheel (built against CUDA 12.8's headers) in this torch's venv, no compiler: OEq
-    loads its precompiled extension, and the loader's own account (/proc/self/maps) shows CUDA `major`'s cudart, NVRTC
-    and cuBLAS from this venv's NVIDIA wheels, bound by the dispatch library, and no CUDA runtime of the other major."""
-    out, pins = dispatch_set
-    version = pins.oeq_line("cu128").version(pins.oeq.version)
-    (whl,) = extra_dir(out).glob(f"openequivariance-{version}-cp311-cp311-*_x86_64.whl")
+def dispatch_loads(venv: Path, whl: Path, major: str, oeq_ops, sentinels, tmp_path: Path, record) -> None:
+    """Our one cp311 wheel (built against CUDA 12.8's headers) in this torch's venv, no compiler: OEq loads its
+    precompiled extension, and the loader's own account (/proc/self/maps) shows CUDA `major`'s cudart, NVRTC and
+    cuBLAS from this venv's NVIDIA wheels, bound by the dispatch library, and no CUDA runtime of the other major."""
     reinstall(venv, whl)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub-dispatch", venv)
@@ -167,8 +157,8 @@ def dispatch_loads(venv: Path, dispatch_set, major: str, oeq_ops, sentinels, tmp
 
 
 @pytest.fixture(scope="session")
-def cu130_ext(built) -> Path:
-    """The fastmace-oeq-ext build served beside it on the cu130 index (its manifest names our binary OEq)."""
+def our_ext(built) -> Path:
+    """The fastmace-oeq-ext build served beside it on our index (its manifest names our binary OEq)."""
     (whl,) = extra_dir(built).glob("fastmace_oeq_ext-*+*-cp311-cp311-*_x86_64.whl")
     return whl
 
@@ -330,14 +320,14 @@ def test_rule_one_against_fastmaces_own_rule(post1_wheel, post1_manifest, post1_
 
 
 @pytest.mark.parametrize("torch", torches())
-def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oeq, oeq_ops, sentinels, tmp_path,
-                                                                 record_property, dispatch_set):
-    """torch X from PyPI + our binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses (it forces
-    OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
+def test_every_cuda_torch_from_pypi_loads_oeqs_precompiled_extension(torch, our_oeq, oeq_ops, sentinels, tmp_path,
+                                                                     record_property):
+    """torch X from PyPI (CUDA 12 or 13) + our one binary OEq, no fastmace-oeq-ext, no compiler: today FastMACE refuses
+    (it forces OEQ_JIT_EXTENSION=1 and has no prebuilt); with the rules OEq loads its own precompiled extension."""
     pins = P.load()
-    line = pins.oeq_line("cu130")
+    line = pins.oeq_binary
     venv = venv_for(torch, tmp_path)
-    reinstall(venv, cu130_oeq)
+    reinstall(venv, our_oeq)
     extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv, record_property)
     today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
@@ -351,7 +341,7 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     assert ours["extension"]["source"] == "oeq-precompiled", ours
     assert ours["extension"]["path"] == str(extlib / "liboeq_stable_cuda_aoti.so"), ours
     assert ours["plan_jit"] is None and ours["env_jit"] is None, ours  # never set, in the plan or the process
-    assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] == line.cuda_major, ours
+    assert ours["torch"].startswith(torch) and ours["torch_cuda"].split(".")[0] in line.cuda_majors, ours
     assert ours["precompiled"] is True and ours["built"] is True and ours["error"] is None, ours
     assert Path(ours["module"]).parent == extlib and Path(ours["module"]).name.startswith("oeq_stable_cuda"), ours
     assert ours["so_path"] == str(extlib / "liboeq_stable_cuda_aoti.so") and ours["ops"] == oeq_ops, ours
@@ -364,8 +354,8 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
     if torch == line.tested_torch[0]:  # below the floor: the same install, torch's release read one minor older
         major, minor = (int(x) for x in line.torch_min.split("."))
         older = f"{major}.{minor - 1}.0+cu{line.cuda.replace('.', '')}"
-        record = json.loads(zipfile.ZipFile(cu130_oeq).read(
-            next(n for n in zipfile.ZipFile(cu130_oeq).namelist() if n.endswith("oeq_wheels_build.json"))))
+        record = json.loads(zipfile.ZipFile(our_oeq).read(
+            next(n for n in zipfile.ZipFile(our_oeq).namelist() if n.endswith("oeq_wheels_build.json"))))
         code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import oeq_rules; "
                 "p = oeq_rules.oeq_precompiled({}, torch=json.loads(sys.argv[2]), record=json.loads(sys.argv[3])); "
                 "print(json.dumps([p.usable, p.reason]))")
@@ -375,12 +365,12 @@ def test_cuda13_torch_from_pypi_loads_oeqs_precompiled_extension(torch, cu130_oe
         assert json.loads(r.stdout or "null") == [
             False, f"openequivariance {line.version(pins.oeq.version)}'s precompiled extension needs torch >= "
                    f"{line.torch_min}, torch {older} is installed"], r.stderr[-2000:]
-    if torch == line.tested_torch[-1]:  # the newest CUDA 13 torch: the dispatch build's CUDA 12.8-header wheel binds 13
-        dispatch_loads(venv, dispatch_set, "13", oeq_ops, sentinels, tmp_path, record_property)
+    if torch in (line.tested_torch[0], line.tested_torch[-1]):  # CUDA 12's torch, and the newest CUDA 13 torch
+        dispatch_loads(venv, our_oeq, ours["torch_cuda"].split(".")[0], oeq_ops, sentinels, tmp_path, record_property)
 
 
 def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fastmace_venv, post1_wheel, post1_torch,
-                                                                              cp311_plain_oeq, cu130_oeq, cu130_ext,
+                                                                              cp311_plain_oeq, our_oeq, our_ext,
                                                                               oeq_ops, sentinels, tmp_path):
     """The matrix's torch as FastMACE's README installs it (PyTorch's index): where FastMACE takes a prebuilt today (post1 beside
     PyPI's OEq, where that torch is post1's; ours beside our binary OEq), the rules take the same one; our binary OEq
@@ -388,7 +378,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
     pins = P.load()
     site = site_of(fastmace_venv)
     lib = site / "fastmace_oeq_ext" / "libtorch_tp_jit.so"
-    rows = [(cu130_oeq, cu130_ext, pins.for_variant("cu130").version)]
+    rows = [(our_oeq, our_ext, pins.for_variant(pins.oeq_binary.name).version)]
     if post1_torch == pins.matrix.consumer_torch:  # re-pinned to a newer torch, post1 is refused (test_fastmace.py)
         rows.insert(0, (cp311_plain_oeq, post1_wheel, pins.consumer.published.version))
     for oeq, ext, version in rows:
@@ -402,7 +392,7 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
             assert got["extension"]["version"] == version and got["module"] == str(lib) and got["ops"] == oeq_ops, got
             assert f"host extension: prebuilt (fastmace-oeq-ext {version}, {lib}); no compiler needed" in got["cli_doctor"]
             assert got["sentinel_log"] == ""
-    reinstall(fastmace_venv, cu130_oeq)
+    reinstall(fastmace_venv, our_oeq)
     extlib = site / "openequivariance" / "_torch" / "extlib"
     stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub-oeq")
     today = ask(fastmace_venv, sentinels, stub_dir, tmp_path, rules=False)
@@ -413,60 +403,3 @@ def test_pytorch_index_torch_keeps_the_prebuilt_and_without_it_loads_oeqs_own(fa
     assert ours["precompiled"] and ours["built"] and Path(ours["module"]).parent == extlib and ours["ops"] == oeq_ops, ours
     assert f"host extension: OpenEquivariance precompiled ({extlib / 'liboeq_stable_cuda_aoti.so'})" in ours["cli_doctor"]
     assert today["sentinel_log"] == "" and ours["sentinel_log"] == ""
-
-
-def test_cuda12_torch_refuses_our_cuda13_oeq_naming_both_and_loads_our_cuda12_oeq(cu130_oeq, cu128_oeq, oeq_ops,
-                                                                                  sentinels, tmp_path, record_property,
-                                                                                  dispatch_set):
-    """PyPI's torch of the cu128 line (CUDA 12.8, and older than the cu130 line's floor) beside our cu13 OEq: the rules
-    refuse OEq's precompiled extension with both versions named; FastMACE then falls back as it does today. In the
-    same venv our CUDA 12 line's OEq (the cu128 index's) loads its precompiled extension, nothing compiled."""
-    pins = P.load()
-    line, cu12 = pins.oeq_line("cu130"), pins.oeq_line("cu128")
-    torch = cu12.tested_torch[0]
-    venv = venv_for(torch, tmp_path)
-    reinstall(venv, cu130_oeq)
-    extlib = site_of(venv) / "openequivariance" / "_torch" / "extlib"
-    stub_dir = driver_stub(sorted(extlib.glob("*.so")), tmp_path / "stub", venv)  # the row's stubs: its own line's
-    today = ask(venv, sentinels, stub_dir, tmp_path, rules=False)
-    assert today["refused"].startswith("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
-                                       "installed"), today
-    ours = ask(venv, sentinels, stub_dir, tmp_path, rules=True)
-    assert ours["torch_distribution"] == torch, ours
-    why = (f"openequivariance {line.version(pins.oeq.version)} is built for CUDA {line.cuda_major}, torch "
-           f"{torch}+cu{cu12.cuda.replace('.', '')} is built for CUDA {cu12.cuda}")
-    assert ours["refused"].splitlines()[0] == ("OEq unavailable: prebuilt extension not usable: fastmace-oeq-ext is not "
-                                               f"installed; OpenEquivariance's precompiled extension not usable: {why}")
-    assert f"OpenEquivariance precompiled not used: {why}" in ours["cli_doctor"], ours["cli_doctor"]
-    # Without the switch FastMACE's own fallback runs (the rules hand over to it): no CUDA 13 runtime, no build.
-    fallback = ask(venv, sentinels, stub_dir, tmp_path, rules=True, FASTMACE_OEQ_PREBUILT=None)
-    assert fallback["refused"].startswith("no CUDA 13 runtime wheel (nvidia/cu13 with include/cuda.h)"), fallback
-    assert today["sentinel_log"] == "" and ours["sentinel_log"] == "" and fallback["sentinel_log"] == ""
-    # The CUDA 12 line where it belongs: OEq alone, its own precompiled extension, the driver a stub.
-    reinstall(venv, cu128_oeq)
-    libs = sorted(extlib.glob("*.so"))
-    assert libs and all(".abi3." not in l.name for l in libs)  # the cp311 build of the cu128 line
-    stub12 = driver_stub(libs, tmp_path / "stub12", venv, record_property)
-    env = environment(venv, sentinels, stub12, tmp_path, rules=False)
-    r = subprocess.run([str(venv / "bin" / "python"), "-W", "ignore", "-c", OEQ_LOAD], capture_output=True,
-                       text=True, env=env, cwd=str(tmp_path))
-    lines = [l for l in r.stdout.splitlines() if l.startswith("OEQ ")]
-    assert lines, f"exit {r.returncode}\n{r.stderr[-3000:]}"
-    loaded = json.loads(lines[-1][4:])
-    assert loaded["torch"] == f"{torch}+cu{cu12.cuda.replace('.', '')}", loaded
-    assert loaded["precompiled"] is True and loaded["built"] is True and loaded["error"] is None, loaded
-    assert Path(loaded["module"]).parent == extlib and loaded["ops"] == oeq_ops, loaded
-    # The loader's own account (/proc/self/maps): CUDA 12's cudart, NVRTC and cuBLAS are the real ones, from
-    # NVIDIA's cu12 wheels in the venv; the stubs it mapped are only those made for what the venv lacks.
-    nvidia = os.path.realpath(site_of(venv) / "nvidia")
-    real = [m for m in loaded["mapped"] if m.startswith(nvidia + os.sep)]
-    for soname in ("libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12"):
-        assert [m for m in loaded["mapped"] if Path(m).name == soname] == \
-            [m for m in real if Path(m).name == soname] != [], (soname, loaded["mapped"])
-    stubbed = {Path(m).name for m in loaded["mapped"] if Path(m).parent == Path(os.path.realpath(stub12))}
-    assert stubbed <= {p.name for p in stub12.iterdir()} and not stubbed & {Path(m).name for m in real}, stubbed
-    record_property("real NVIDIA libraries", sorted(Path(m).name for m in real))
-    log = sentinels[1]
-    assert not log.exists() or log.read_text() == ""
-    # The dispatch build's same wheel, which the newest CUDA 13 torch's test loads too, binds CUDA 12 here.
-    dispatch_loads(venv, dispatch_set, "12", oeq_ops, sentinels, tmp_path, record_property)
