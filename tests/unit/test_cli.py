@@ -69,3 +69,9 @@ def test_every_verb_meets_bad_input_with_one_line_and_no_traceback(what, cache, 
     assert "Traceback" not in r.stderr + r.stdout, r.stderr[-3000:]
     said = [line for line in (r.stderr + r.stdout).splitlines() if "error:" in line or line.startswith("FAIL ")]
     assert len(said) == 1, r.stderr[-2000:]
+
+
+def test_a_maintainer_sees_where_an_expected_failure_was_raised_with_oeq_wheels_debug(tmp_path):
+    r = run_cli("oeq-wheel", "/proc/nope/out", env={"OEQ_WHEELS_DEBUG": "1"})
+    assert r.returncode == 2 and "Traceback" in r.stderr and "prepare_outdir" in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("oeq-wheels: error: cannot create output directory")
