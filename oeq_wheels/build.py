@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from .errors import BuildError, Interrupted, OeqWheelsError, UsageError
 from .ext import product as ext_product
 from .oeq import product as oeq_product
 from .files import default_cache, sweep_stale
-from .output import extra_dir
+from .output import extra_dir, prepare_outdir
 from .product import Compile, Part, Product, Run
 from .stop import stop_if_cancelled
 from .progress import Stage, say, table, warn
@@ -65,19 +64,6 @@ class Plan:
     @property
     def wheels(self) -> list[str]:
         return [w.who for _product, parts in self.parts for part in parts for w in part.wheels]
-
-
-def prepare_outdir(outdir: Path) -> Path:
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create output directory {outdir}: {exc.strerror}; choose another OUTDIR") from exc
-    try:
-        tempfile.TemporaryFile(dir=outdir).close()
-    except OSError as exc:
-        raise UsageError(f"output directory {outdir} is not writable ({exc.strerror}); "
-                         "fix its permissions or choose another OUTDIR") from exc
-    return outdir
 
 
 def check_arch_names(pins: pins_mod.Pins, requested: list[str] | None) -> list[str]:

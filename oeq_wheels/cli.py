@@ -291,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 1
     except OeqWheelsError as exc:  # expected: one line, no traceback; the exit code is the class's (errors.py)
+        from . import settings
+        if settings.current().debug:  # a maintainer's view: where it was raised, then the same line
+            import traceback
+            traceback.print_exception(exc, file=sys.stderr)
         return report(exc)
 
 

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from . import stop
-from .errors import OeqWheelsError
+from .errors import OeqWheelsError, UsageError
 from .files import sha256_file, temp_prefix
 
 _placed: list[Path] = []
@@ -23,6 +23,20 @@ _placed_guard = threading.Lock()
 def extra_dir(outdir: Path) -> Path:
     outdir = Path(outdir)
     return outdir.parent / f"{outdir.name}-extra"
+
+
+def prepare_outdir(outdir: Path) -> Path:
+    """OUTDIR made and writable, or one line naming why and the fix (before anything is fetched or built)."""
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output directory {outdir}: {exc.strerror}; choose another OUTDIR") from exc
+    try:
+        tempfile.TemporaryFile(dir=outdir).close()
+    except OSError as exc:
+        raise UsageError(f"output directory {outdir} is not writable ({exc.strerror}); "
+                         "fix its permissions or choose another OUTDIR") from exc
+    return outdir
 
 
 def placed() -> list[Path]:

@@ -17,7 +17,8 @@ KEEP_DIR = "OEQ_WHEELS_KEEP_DIR"
 IMAGE = "OEQ_WHEELS_IMAGE"
 FETCH = "OEQ_WHEELS_FETCH"
 PYPI_MIRROR = "OEQ_WHEELS_PYPI_MIRROR"
-NAMES = (CACHE, KEEP_DIR, IMAGE, FETCH, PYPI_MIRROR)
+DEBUG = "OEQ_WHEELS_DEBUG"
+NAMES = (CACHE, KEEP_DIR, IMAGE, FETCH, PYPI_MIRROR, DEBUG)
 FETCH_MODES = ("members", "whole")
 
 
@@ -28,6 +29,7 @@ class Settings:
     image: str | None      # OEQ_WHEELS_IMAGE: the image the user named for --runner docker (None: the pinned one)
     fetch_value: str       # OEQ_WHEELS_FETCH as set: checked only where it is used (fetch)
     pypi_mirror: str | None  # OEQ_WHEELS_PYPI_MIRROR: the test suite's mirror of PyPI (its URL; off: none)
+    debug: bool = False    # OEQ_WHEELS_DEBUG=1: an expected failure also prints its traceback (for maintainers)
 
     @property
     def fetch(self) -> str:
@@ -48,4 +50,5 @@ def current() -> Settings:
         image=env.get(IMAGE) or None,
         fetch_value=env.get(FETCH, "members"),
         pypi_mirror=env.get(PYPI_MIRROR),
+        debug=env.get(DEBUG) == "1",
     )

@@ -20,6 +20,7 @@ from packaging.tags import Tag
 
 from ..inputs import fetch, unpack
 from ..errors import OeqWheelsError
+from ..output import prepare_outdir
 from ..wheelfile import fix_modes, pack, wheel_file
 from ..pins import Pins
 
@@ -75,9 +76,9 @@ def stage(pins: Pins, root: Path, staged: Path, *, version: str, tag: Tag, purel
 
 def build_pure(pins: Pins, outdir: Path, cache: Path) -> Path:
     """openequivariance-0.7.0-py3-none-any.whl: the sdist's Python package, no extension."""
+    prepare_outdir(outdir)  # one line where OUTDIR cannot be made, before anything is fetched
     files = fetch.ensure([pins.oeq], cache)
     root = unpack.oeq_tree(files[pins.oeq.file], pins.oeq, cache)
-    outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         staged = stage(pins, root, Path(tmp) / "stage", version=pins.oeq.version, tag=Tag("py3", "none", "any"),
                        purelib=True)

@@ -15,7 +15,7 @@ from support import REPO
 from support.cli import run_cli
 from fastmace_oeq_ext.manifest import Manifest
 from oeq_wheels.ext import assemble
-from oeq_wheels import build, pins as P, elf, product, tags
+from oeq_wheels import build, output, pins as P, elf, product, tags
 from oeq_wheels.errors import UsageError
 from oeq_wheels.files import default_cache
 from oeq_wheels.output import extra_dir
@@ -141,13 +141,13 @@ def test_flags_match_torch_own_recipe(torch_venv, cache):
 
 def test_outdir_created_or_refused(tmp_path):
     out = tmp_path / "a" / "b"
-    assert build.prepare_outdir(out).is_dir()
+    assert output.prepare_outdir(out).is_dir()
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(UsageError, match="cannot create"):
-        build.prepare_outdir(f / "sub")
+        output.prepare_outdir(f / "sub")
     with pytest.raises(UsageError, match="not writable"):
-        build.prepare_outdir(Path("/proc"))  # root ignores file modes; /proc refuses everyone
+        output.prepare_outdir(Path("/proc"))  # root ignores file modes; /proc refuses everyone
 
 
 def test_existing_different_wheel_refused_unless_force(tmp_path, cp311_wheel, cache):
