@@ -12,7 +12,7 @@ openequivariance`; and the `fastmace doctor` command itself.
 Rows (torch versions from pins.toml: the FastMACE matrix's torch, the OEq line's tested_torch):
 - PyPI's copy of post1's torch + the owner's published fastmace-oeq-ext (post1) + PyPI's OEq: today refused
   (X.Y.Z+cu130 != X.Y.Z); with the rules the prebuilt is used, nothing compiled;
-- every tested torch of the line, CUDA 12 (2.10.0) and CUDA 13 (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
+- every tested torch of the line, CUDA 12 (its floor) and CUDA 13 (OEQ_RULES_TORCHES=X,Y narrows a run by hand) + our
   one binary OEq, no fastmace-oeq-ext: today refused; with the rules OEq's precompiled extension, OEQ_JIT_EXTENSION
   never set, `import openequivariance` loads it, nothing compiled; at the oldest and the newest torch the loader's own
   account shows the dispatch library bound that torch's CUDA major's libraries and no other major's.

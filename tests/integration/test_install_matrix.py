@@ -27,7 +27,7 @@ def test_plain_uv_install_needs_no_compiler(cp311_wheel, cp311_oeq_wheel, capsys
 
 def test_the_same_wheel_installs_beside_pypis_cuda12_torch_from_the_one_index(cp311_wheel, cp311_oeq_wheel, capsys,
                                                                               tmp_path, record_property):
-    """PyPI's torch 2.10.0 (CUDA 12.8) and openequivariance from the one index, uv, every compiler a sentinel: the
+    """PyPI's CUDA 12.8 torch (the line's floor) and openequivariance from the one index, uv, every compiler a sentinel: the
     same cp311 wheel as beside FastMACE's CUDA 13 torch installs and loads its precompiled module, its dispatch
     library binding CUDA 12's libraries (stand-ins here: NVIDIA's wheels as their metadata, load stubs in their
     libraries' place, NVRTC and cuBLAS beside the runtime's stub as the dispatch library finds them)."""

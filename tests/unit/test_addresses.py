@@ -33,7 +33,7 @@ def test_readme_docs_workflows_and_runtime_name_only_allowed_addresses():
     readme = (REPO / "README.md").read_text()
     assert P.load().site_url in readme  # the scan reads the real install lines ...
     moved = readme.replace(P.load().site_url, "https://someone.github.io/oeq-wheels/", 1)
-    assert addresses.foreign(moved, allowed) == ["https://someone.github.io/oeq-wheels/cu130/simple/"]  # ... and would fail
+    assert addresses.foreign(moved, allowed) == ["https://someone.github.io/oeq-wheels/simple/"]  # ... and would fail
 
 
 def test_a_pinned_project_url_on_another_account_is_refused(tmp_path):
