@@ -19,11 +19,15 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 from pathlib import Path
 
 PLACEHOLDER = b"{venv}"
+# pip's entry-point scripts start `#!<venv>/bin/python`, or, where that path holds a space or is long (over 127
+# bytes), with a /bin/sh trampoline (distlib's ScriptMaker); the digest reads both as the first.
+TRAMPOLINE = re.compile(rb"#!/bin/sh\n'''exec' \"?(\{venv\}/bin/[^\" ]+)\"? \"\$0\" \"\$@\"\n' '''\n")
 PIP_RECORDS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
 
@@ -63,6 +67,9 @@ def listing(venv: Path) -> dict[str, str]:
                 data = p.read_bytes()
                 if scripts:
                     data = data.replace(path, PLACEHOLDER)
+                    m = TRAMPOLINE.match(data)
+                    if m:
+                        data = b"#!" + m.group(1) + b"\n" + data[m.end():]
                 out[rel] = hashlib.sha256(data).hexdigest()
     return out
 

@@ -50,6 +50,14 @@ def test_a_venv_as_pinned_passes_and_the_same_content_elsewhere_has_the_same_dig
     other = tmp_path / "elsewhere" / "v"
     _venv(other)  # another path: the scripts' shebangs differ by it alone
     assert _run("check", other, pins).returncode == 0
+    # a path with a space: pip writes the /bin/sh trampoline instead of a plain shebang (distlib's ScriptMaker)
+    spaced = tmp_path / "a home" / "v"
+    _venv(spaced)
+    header = f"#!/bin/sh\n'''exec' \"{spaced}/bin/python\" \"$0\" \"$@\"\n' '''\n"
+    (spaced / "bin" / "tool").write_text(header + "from tool import X\n")
+    assert _run("check", spaced, pins).returncode == 0
+    (spaced / "bin" / "tool").write_text(header + "import os\n")  # the script itself changed
+    assert _run("check", spaced, pins).returncode == 1
 
 
 @pytest.mark.parametrize("tamper", ["module changed", "module added", "script changed", "pip's RECORD and module",
