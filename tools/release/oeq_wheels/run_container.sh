@@ -26,8 +26,12 @@ outdir="$1"; shift
 args=("$@"); force=0
 for a in "$@"; do [ "$a" = --force ] && force=1; done
 extra="${outdir%/}-extra"
-mkdir -p "$outdir" "$extra" || { echo "build.sh: cannot create output directory $outdir or $extra" >&2; exit 2; }
-[ -w "$outdir" ] && [ -w "$extra" ] || { echo "build.sh: output directory $outdir or $extra is not writable" >&2; exit 2; }
+# One line where OUTDIR cannot be used (mkdir's own messages would be more), as the host build says it.
+mkdir -p "$outdir" "$extra" 2>/dev/null || {
+  echo "build.sh: error: cannot create output directory $outdir or $extra; choose another OUTDIR" >&2; exit 2; }
+[ -w "$outdir" ] && [ -w "$extra" ] || {
+  echo "build.sh: error: output directory $outdir or $extra is not writable; fix its permissions or choose another OUTDIR" >&2
+  exit 2; }
 name="oeq-wheels-$$-$RANDOM"
 incoming="$(mktemp -d "$outdir/.incoming.XXXXXX")"
 errlog="$(mktemp "${TMPDIR:-/tmp}/oeq-wheels-container.XXXXXX")"
