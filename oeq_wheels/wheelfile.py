@@ -3,6 +3,8 @@ timestamps (so that two builds of the same pins are the same bytes), and the thr
 judges a library in."""
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shutil
 import sys
@@ -12,6 +14,11 @@ from packaging.tags import Tag
 
 from . import proc
 from .errors import OeqWheelsError
+
+
+def record_hash(data: bytes) -> str:
+    """RECORD's hash field for these bytes (PEP 376/427: sha256, urlsafe base64 without padding)."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def wheel_tag(cp_tag: str, platform: str, abi: str | None = None) -> Tag:

@@ -7,8 +7,6 @@ recorded set; each hostile scenario must end with nothing published and the line
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import shutil
 import zipfile
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from ..errors import LastMileError, OeqWheelsError
 from ..output import extra_dir
 from ..release import publish, recorded
 from ..files import sha256_file
+from ..wheelfile import record_hash
 from ..release.site import release_asset_name
 
 
@@ -143,12 +142,11 @@ def _injected(path: Path) -> None:
     code = b"import os\nos.system('echo owned')\n"
     with zipfile.ZipFile(path) as zf:
         package = next(n.split("/")[0] for n in zf.namelist() if "/" in n and ".dist-info/" not in n)
-    digest = base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b"=").decode()
     extra = f"{package}/_injected.py"
 
     def edit(i, info, data):
         if info.filename.endswith(".dist-info/RECORD"):
-            data = f"{extra},sha256={digest},{len(code)}\n".encode() + data
+            data = f"{extra},{record_hash(code)},{len(code)}\n".encode() + data
         return info, data
     _rezip(path, edit, extra=(extra, code))
 

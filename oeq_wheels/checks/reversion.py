@@ -10,9 +10,7 @@ torch wheel takes seconds rather than the minutes that recompressing it would.
 """
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import json
 import os
@@ -27,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import ReversionError
 from ..files import sha256_file, stat_key, temp_prefix, write_atomic
+from ..wheelfile import record_hash
 
 STAMP_SUFFIX = ".reversioned"
 _STAMP_FORMAT = 1  # bump when the output for the same input changes
@@ -381,8 +380,7 @@ def _new_record(data: bytes, rename, metadata_name: str, record_name: str, dropp
         if path in dropped:
             continue
         if path == metadata_name:
-            digest = base64.urlsafe_b64encode(hashlib.sha256(metadata).digest()).rstrip(b"=").decode()
-            row = [rename(path), f"sha256={digest}", str(len(metadata))]
+            row = [rename(path), record_hash(metadata), str(len(metadata))]
         elif path == record_name:
             row = [rename(path), "", ""]
         else:
