@@ -48,7 +48,7 @@ from .cleaninstall import has_gpu
 INSTALL_SENTINELS = ("g++", "gcc", "c++", "cc", "ninja", "nvcc", "cmake")
 
 CHECK = r"""
-import json, importlib.metadata as md, platform, sys, sysconfig
+import json, importlib.metadata as md, os, platform, sys, sysconfig
 gil = getattr(sys, "_is_gil_enabled", lambda: True)
 import torch
 out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
@@ -59,6 +59,14 @@ out.update(gil_after_oeq=gil(), precompiled=extlib.USE_PRECOMPILED_EXTENSION, bu
            module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
            ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
                 if hasattr(torch.ops.libtorch_tp_jit, n)])
+if out["built"] and out["module"]:  # the binding forced (no GPU calls it here): what the dispatch library bound
+    import ctypes
+    d = ctypes.CDLL(os.path.join(os.path.dirname(out["module"]), "liboeq_cuda_dispatch.so"))
+    d.oeq_cuda_dispatch_path.restype = ctypes.c_char_p
+    out["dispatch"] = {"major": d.oeq_cuda_dispatch_major(),
+                       "paths": [os.path.realpath((d.oeq_cuda_dispatch_path(i) or b"").decode()) for i in range(3)]}
+out["mapped"] = sorted({l.split()[-1] for l in open("/proc/self/maps")
+                        if l.split()[-1].rsplit("/", 1)[-1].startswith(("libcudart.so.", "libnvrtc.so.", "libcublas.so."))})
 print("MATRIX " + json.dumps(out))
 """
 
@@ -109,7 +117,25 @@ def requirements(torch: str, with_fastmace: bool, pins: pins_mod.Pins) -> list[s
     return [f"torch=={torch}", f"openequivariance=={pins.oeq.version}"]
 
 
-def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: str, pins: pins_mod.Pins) -> list[str]:
+def dispatch_problems(check: dict, stubs: Path | None) -> list[str]:
+    """The binding, forced: the dispatch library bound the CUDA runtime, NVRTC and cuBLAS of torch's own CUDA major,
+    the libraries the process has mapped are exactly those (/proc/self/maps: no other CUDA runtime), and each comes
+    from the install's NVIDIA wheels (its site-packages), or from the load stubs that stand in for them."""
+    major = (check["cuda"] or "").split(".")[0]
+    bound = check.get("dispatch") or {}
+    if str(bound.get("major")) != major:
+        return [f"the dispatch library bound CUDA {bound.get('major') or 'nothing'}, not torch's CUDA {major}"]
+    wanted = [f"libcudart.so.{major}", f"libnvrtc.so.{major}", f"libcublas.so.{major}"]
+    if [Path(p).name for p in bound["paths"]] != wanted or sorted(check["mapped"]) != sorted(bound["paths"]):
+        return [f"bound {bound['paths']}, mapped {check['mapped']}: not exactly {', '.join(wanted)}"]
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(check["module"])))))
+    homes = [os.path.join(site, "nvidia") + os.sep] + ([os.path.realpath(stubs) + os.sep] if stubs else [])
+    strays = [p for p in bound["paths"] if not p.startswith(tuple(homes))]
+    return [f"bound {', '.join(strays)}: not from the install's NVIDIA wheels"] if strays else []
+
+
+def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: str, pins: pins_mod.Pins,
+          stubs: Path | None = None) -> list[str]:
     """Why the case failed; empty when it holds."""
     if check is None:
         return ["the check did not run"]
@@ -140,6 +166,8 @@ def judge(case: Case, check: dict | None, doctor: tuple[int, str] | None, log: s
         return why
     if not (check["precompiled"] and check["built"]):
         why.append(f"OEq did not load its precompiled extension: {check['error']}")
+    else:
+        why += dispatch_problems(check, stubs)
     if len(check["ops"]) != 3:
         why.append(f"operators missing: {check['ops']}")
     if doctor is not None and (doctor[0] != 0 or not doctor[1].startswith("host extension: OpenEquivariance precompiled")):
@@ -251,6 +279,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
             whose = f"our {case.line.arch.name} wheel; emulated import {took:.0f} s" if case.foreign else \
                 f"our {Path(check['module']).name}" if (case.rooted or case.free_threaded) and check and check["module"] \
                 else "our binary wheel"
+            if check and (check.get("dispatch") or {}).get("major"):
+                whose += f"; CUDA {check['dispatch']['major']} bound"
             if case.free_threaded and check:
                 whose += "; the GIL " + ("stays off" if not check["gil_after_oeq"] else
                                          "was on before OEq" if check["gil_after_torch"] else "came back on")
@@ -260,7 +290,8 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
                 case.path += f"; NVIDIA's wheels stand-ins, load stubs: {', '.join(sorted(p.name for p in stubbed)) or 'none'}"
             elif asked:  # no stand-in index (OEQ_WHEELS_PYPI_MIRROR=off): the stronger run, PyPI's wheels whole
                 case.path += f"; {WHOLE_SHOWN}"
-        why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins)
+        why = judge(case, check, doctor, log.read_text() if log.exists() else "", pins,
+                    stub_dir if stubbed else None)
         if check is None:
             why.append(c.stderr.strip()[-500:])
         elif mods and check["built"] and not (check["module"] or "").startswith(str(site)):

@@ -13,7 +13,7 @@ import pytest
 from oeq_wheels import build, debian, pins as pins_mod, driver_stub
 from oeq_wheels.files import default_cache, locked
 from oeq_wheels.output import extra_dir
-from support.builds import (build_with_pins, dispatch_pins, finish, hidden, oeq_wheel_of, private_cache, processes_of,
+from support.builds import (finish, hidden, oeq_wheel_of, private_cache, processes_of,
                             wait_for, wheels_in)
 from support.capabilities import unavailable
 from support.cli import start_cli
@@ -224,16 +224,6 @@ def upload_server(tmp_path):
     """pypiserver on loopback taking uploads (support/uploads.py): yields its root URL and its package directory."""
     with serving_uploads(tmp_path) as served:
         yield served
-
-
-@pytest.fixture(scope="session")
-def dispatch_set(tmp_path_factory, cache) -> tuple[Path, pins_mod.Pins]:
-    """OUTDIR of the x86_64 cp311 and cp312 wheels built with the dispatch pins (support.builds.DISPATCH_PINS: both
-    OEq lines bound through the CUDA dispatch library), and those pins."""
-    tmp = tmp_path_factory.mktemp("dispatch")
-    with locked(tmp_path_factory.getbasetemp().parent / "cp311-build"):  # one build at a time, as cp311_wheel
-        _rows, pins = build_with_pins(dispatch_pins(tmp), tmp / "dist", ["3.11", "3.12"], cache, ["x86_64"])
-    return tmp / "dist", pins
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""The CUDA dispatch library (oeq_wheels/oeq/dispatch/): a line with cuda_binding = "dispatch" builds wheels whose
+"""The CUDA dispatch library (oeq_wheels/oeq/dispatch/): the one build (cuda_binding = "dispatch") gives wheels whose
 modules need no versioned CUDA library and pass the gate; the shipped liboeq_cuda_dispatch.so binds CUDA 12's or
 CUDA 13's runtime, NVRTC and cuBLAS, whichever libcudart the process has loaded, from beside it in either NVIDIA wheel
 layout; it adapts cudaDeviceProp across the majors; and where nothing can be bound it says so in one line.
 
 No GPU here: the CUDA libraries are stand-ins compiled by the test (each function NVIDIA's name under NVIDIA's
 version node, returning 0), loaded as torch loads its libcudart. The GPU run of such wheels is
-records/runs/2026-12-07-h100-upstream-dispatch.json (docs/validation.md)."""
+records/runs/2026-12-08-gpu-upstream-one-build.json (docs/validation.md)."""
 from __future__ import annotations
 
 import hashlib
@@ -22,18 +22,13 @@ from oeq_wheels.oeq import stable
 from oeq_wheels.oeq.gate import CUDA_FUNCTION, dispatch_exports
 from oeq_wheels.output import extra_dir
 
-GPU_RECORD = Path(__file__).parents[2] / "records" / "runs" / "2026-12-07-h100-upstream-dispatch.json"
+GPU_RECORD = Path(__file__).parents[2] / "records" / "runs" / "2026-12-08-gpu-upstream-one-build.json"
 
 
 @pytest.fixture(scope="module")
-def dispatch_wheels(dispatch_set) -> dict[str, Path]:
-    """Both lines' cp312-abi3 x86_64 wheels, built and gated with the dispatch pins; by line name."""
-    out, pins = dispatch_set
-    wheels = {}
-    for line in pins.line_names:
-        version = pins.oeq_line(line).version(pins.oeq.version)
-        (wheels[line],) = extra_dir(out).glob(f"openequivariance-{version}-cp312-abi3-*x86_64.whl")
-    return wheels
+def dispatch_wheels(cp311_oeq_wheel, abi3_oeq_wheel) -> dict[str, Path]:
+    """The one build's x86_64 cp311 and cp312-abi3 wheels, built and gated as `make wheels` builds them; by tag."""
+    return {"cp311": cp311_oeq_wheel, "cp312-abi3": abi3_oeq_wheel}
 
 
 def _extlib(whl: Path) -> dict[str, bytes]:
@@ -59,10 +54,10 @@ def test_a_dispatch_line_needs_no_versioned_cuda_library_and_binds_every_cuda_ca
 
 
 def test_the_gpu_run_is_of_the_bytes_these_pins_build(dispatch_wheels):
-    """records/runs' GPU run of the dispatch build names exactly the wheels a build of its pins gives."""
+    """records/runs' GPU run of OEq's upstream suite names the cp312-abi3 wheel a build of these pins gives."""
     ran = json.loads(GPU_RECORD.read_text())["wheels"]
-    for whl in dispatch_wheels.values():
-        assert ran.get(whl.name) == hashlib.sha256(whl.read_bytes()).hexdigest(), whl.name
+    whl = dispatch_wheels["cp312-abi3"]
+    assert ran.get(whl.name) == hashlib.sha256(whl.read_bytes()).hexdigest(), whl.name
 
 
 # ---------------------------------------------------------------- binding, with stand-in CUDA libraries
@@ -178,7 +173,7 @@ def test_a_missing_library_of_the_major_is_named_with_where_it_was_looked_for(di
 
 def test_the_dispatch_library_cross_builds_for_aarch64_and_needs_only_glibcs_first_version(cache, dispatch_wheels,
                                                                                          tmp_path):
-    """The aarch64 build of the dispatch library (the cu130 line's aarch64 inputs, the pinned root's cross compiler):
+    """The aarch64 build of the dispatch library (the line's aarch64 inputs, the pinned root's cross compiler):
     an aarch64 library needing libc and libdl alone, no symbol newer than aarch64 glibc's first version (2.17), the same
     functions as x86_64's, each present in the oldest pinned CUDA 12 and 13 libraries (the gate's own checks)."""
     from oeq_wheels import build, pins as P
@@ -188,7 +183,7 @@ def test_the_dispatch_library_cross_builds_for_aarch64_and_needs_only_glibcs_fir
     from oeq_wheels.oeq import product as oeq_product
     from oeq_wheels.oeq.gate import DISPATCH_NEEDED, dispatch_problems, oldest_cuda_libraries
     pins = P.load()
-    line = pins.oeq_line("cu130", "aarch64")
+    line = pins.oeq_line(pins.oeq_binary.name, "aarch64")
     make, _ = build.toolchain_maker(pins, "pinned", cache)
     trees = oeq_product.stable_trees(pins, line, fetch.ensure(line.inputs(pins.oeq), cache), cache)
     lib = stable.build_dispatch(line, stable.Recipe(trees, True), make(line.arch), tmp_path / "liboeq_cuda_dispatch.so")
@@ -196,6 +191,6 @@ def test_the_dispatch_library_cross_builds_for_aarch64_and_needs_only_glibcs_fir
     _, problems = check_elf(data, required=DISPATCH_NEEDED, allowed=DISPATCH_NEEDED, runpath=None, arch=line.arch,
                             forbidden_paths=[str(cache)])
     assert problems == [] and glibc_max_symbol(data) == "GLIBC_2.17", problems
-    x86 = dispatch_exports(_extlib(dispatch_wheels["cu130"])["liboeq_cuda_dispatch.so"])
+    x86 = dispatch_exports(_extlib(dispatch_wheels["cp312-abi3"])["liboeq_cuda_dispatch.so"])
     assert dispatch_exports(data) == x86
     assert dispatch_problems(x86, oldest_cuda_libraries(pins, line, cache)) == []

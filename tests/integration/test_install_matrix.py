@@ -22,7 +22,7 @@ def test_plain_uv_install_needs_no_compiler(cp311_wheel, cp311_oeq_wheel, capsys
                              arches=["x86_64"], emulated_pythons=[]) == 0  # aarch64: test_aarch64.py; Debian
     # testing's CPythons (the stable-ABI wheel, not built here): test_debian_testings_newer_cpythons_...
     table = capsys.readouterr().out
-    assert "(mix)" not in table and table.count("PASS") == 1, table
+    assert "(mix)" not in table and table.count("PASS") == 1 and "CUDA 13 bound" in table, table
 
 
 def test_the_same_wheel_installs_beside_pypis_cuda12_torch_from_the_one_index(cp311_wheel, cp311_oeq_wheel, capsys,
@@ -35,7 +35,7 @@ def test_the_same_wheel_installs_beside_pypis_cuda12_torch_from_the_one_index(cp
     assert installmatrix.run(cp311_wheel.parent, [cu12], ["uv"], "3.11", arches=["x86_64"], emulated_pythons=[],
                              uv_cache=tmp_path / "uv-cache", standins=True) == 0
     table = capsys.readouterr().out
-    assert f"{cu12}  {LINE.name}  uv" in table and table.count("PASS") == 1, table
+    assert f"{cu12}  {LINE.name}  uv" in table and table.count("PASS") == 1 and "CUDA 12 bound" in table, table
     (stubs,) = installmatrix.stubs_shown(table)
     assert stubs or venvs.standin_url() is None, table
     assert not stubs or {"libcudart.so.12", "libnvrtc.so.12", "libcublas.so.12"} <= set(stubs), stubs
@@ -58,7 +58,7 @@ def test_debian_testings_newer_cpythons_install_the_stable_abi_wheel_without_any
                              uv_cache=tmp_path / "uv-cache", standins=True) == 0
     table = capsys.readouterr().out
     assert f"{newest}  {LINE.name} py{python} (Debian forky)  {installer}" in table and \
-        "OEq precompiled (our oeq_stable_cuda.abi3.so)" in table and "PASS" in table
+        "OEq precompiled (our oeq_stable_cuda.abi3.so; CUDA 13 bound" in table and "PASS" in table
     # The exact set of stubs (loader_stubs.make holds it to what the install's files NEED and lack), printed in the
     # proof table's row; a run with NVIDIA's wheels whole (OEQ_WHEELS_PYPI_MIRROR=off) is the stronger pass.
     (stubs,) = installmatrix.stubs_shown(table)
@@ -81,7 +81,7 @@ def test_a_free_threaded_cpython_installs_its_own_wheel_and_keeps_the_gil_off(ft
                              uv_cache=tmp_path / "uv-cache", standins=True) == 0
     table = capsys.readouterr().out
     assert f"{newest}  {LINE.name} py3.14t (free-threaded, built here)  {installer}" in table, table
-    assert "OEq precompiled (our oeq_stable_cuda.cpython-314t-x86_64-linux-gnu.so; the GIL stays off)" in table, table
+    assert "OEq precompiled (our oeq_stable_cuda.cpython-314t-x86_64-linux-gnu.so; CUDA 13 bound; the GIL stays off)" in table, table
     assert table.count("PASS") == 1, table
     (stubs,) = installmatrix.stubs_shown(table)
     assert stubs or venvs.standin_url() is None, table

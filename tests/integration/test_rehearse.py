@@ -108,4 +108,4 @@ def test_rehearsal_with_readmes_first_line_and_pip(cp311_wheel, cp311_oeq_wheel)
                      rf"\S+-{v}(\.post\d+)?.oeqwheels\.", r.stderr), r.stderr
     assert "every link resolves with its sha256" in r.stderr
     assert f"README: {install_lines.ours(P.load())[0]}" in r.stderr
-    assert "OEq precompiled (our binary wheel)" in r.stdout and "PASS" in r.stdout
+    assert "OEq precompiled (our binary wheel; CUDA 13 bound)" in r.stdout and "PASS" in r.stdout

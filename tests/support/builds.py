@@ -64,36 +64,3 @@ def oeq_wheel_of(outdir: Path, line: str, arch: str = "x86_64", tag: str = "*") 
     version = pins.load().oeq_line(line, arch).version(pins.load().oeq.version)
     (whl,) = extra_dir(outdir).glob(f"openequivariance-{version}-{tag}-*_{arch}.whl")
     return whl
-
-
-# The pins of the dispatch build's GPU run (records/runs/2026-12-07-h100-upstream-dispatch.json): both OEq lines bound
-# through the CUDA dispatch library (cuda_binding = "dispatch"), each rebuild's number one higher.
-DISPATCH_PINS = {'local_version = "oeqwheels.cu13.2"': 'local_version = "oeqwheels.cu13.3"\ncuda_binding = "dispatch"',
-                 'local_version = "oeqwheels.cu12.8.1"': 'local_version = "oeqwheels.cu12.8.2"\ncuda_binding = "dispatch"',
-                 'local_version = "oeqwheels.variants.1"': 'local_version = "oeqwheels.variants.2"'}
-
-
-def dispatch_pins(tmp: Path) -> Path:
-    """pins.toml with DISPATCH_PINS applied, written into tmp."""
-    from oeq_wheels import pins as pins_mod
-    text = pins_mod.PINS_FILE.read_text()
-    for old, new in DISPATCH_PINS.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    path = tmp / "pins.toml"
-    path.write_text(text)
-    return path
-
-
-def build_with_pins(pins_file: Path, out: Path, pythons: list[str], cache: Path, arches: list[str]):
-    """build.run with another pins file: (its rows, the pins it built)."""
-    from oeq_wheels import build, pins as pins_mod
-    real = pins_mod.load
-    mp = pytest.MonkeyPatch()
-    mp.setattr(pins_mod, "load", lambda matrix=None, path_=None: real(matrix, pins_file))
-    try:
-        rows, failures = build.run(build.Options(out, pythons, cache=cache, arches=arches))
-    finally:
-        mp.undo()
-    assert not failures, failures
-    return rows, real(None, pins_file)

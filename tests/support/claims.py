@@ -62,8 +62,8 @@ def pinned() -> dict:
     # The one line's torches (x86_64's): its oldest is PyPI's CUDA 12.8 torch (the line's torch matrix), the rest CUDA 13
     line = pins.oeq_binary
     cu12, cu13 = line.tested_torch[:1], line.tested_torch[1:]
-    return {"fastmace": pins.consumer.wheel.version, "matrix_torch": pins.matrix.torch_version, "cu130": cu13,
-            "floor": cu13[0], "newest": cu13[-1], "between": ", ".join(cu13[1:-1]), "cu128": cu12[0]}
+    return {"fastmace": pins.consumer.wheel.version, "matrix_torch": pins.matrix.torch_version, "cuda13": cu13,
+            "floor": cu13[0], "newest": cu13[-1], "between": ", ".join(cu13[1:-1]), "cuda12": cu12[0]}
 
 
 def _rows(entry: dict, values: dict) -> list[Row]:
