@@ -5,7 +5,7 @@ As the owner's seed describes it: a new uv virtual environment gets torch 2.14.1
 PyTorch's cu130 index, as FastMACE's README installs it; where that index cannot be reached, a
 local stand-in serving PyPI's same binary under that version, checks.reversion),
 cuequivariance-ops-torch-cu13 and `fastmace[oeq]` with our wheels (WHEEL_DIR and WHEEL_DIR-extra,
-served as the cu130 index of the site). g++, c++, ninja and nvcc are failing sentinels from before
+served as the one index of the site). g++, c++, ninja and nvcc are failing sentinels from before
 the first install (C `gcc` stays: Triton builds its launcher with it), `CXX` is the g++ sentinel,
 `FASTMACE_OEQ_PREBUILT=1`. Then `fastmace doctor` must say "host extension: prebuilt (...); no
 compiler needed", and:

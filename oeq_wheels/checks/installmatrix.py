@@ -383,7 +383,8 @@ def write_record(record: Path, commit: str, cases: list[Case], wheels: list[site
         {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",
          "python": pythons.find(python).full_version, "torch": ", ".join(sorted({c.torch for c in cases if c.torch}))},
         used + fastmace, all(c.ok for c in cases),
-        {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok, "result": c.result}
+        {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok, "path": c.path,
+                    "result": c.result}
                    for c in cases]}, [])
 
 

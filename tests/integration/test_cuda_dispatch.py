@@ -20,7 +20,6 @@ import pytest
 from oeq_wheels.elf import dynamic_symbols, elf_facts
 from oeq_wheels.oeq import stable
 from oeq_wheels.oeq.gate import CUDA_FUNCTION, dispatch_exports
-from oeq_wheels.output import extra_dir
 
 GPU_RECORD = Path(__file__).parents[2] / "records" / "runs" / "2026-12-08-gpu-upstream-one-build.json"
 

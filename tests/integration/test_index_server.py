@@ -100,7 +100,7 @@ def test_the_release_set_is_exactly_the_recorded_set_every_wheel_by_name_and_byt
     assert sorted(w.name for w in built) == sorted(record.wheels)  # the same names, each once
 
 
-def test_the_release_set_has_the_bytes_the_h200_proof_used(release_set):
+def test_the_release_set_has_the_bytes_the_gpu_runs_used(release_set):
     """The GPU runs' records (records/runs/) hold the sha256 of each wheel as computed on the GPU machine; the
     pinned build gives those bytes. A change that alters them fails here until the GPU runs are made again."""
     from oeq_wheels.checks import run_records

@@ -14,7 +14,7 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     torch, cu12_torch = pins.matrix.torch_version, line.tested_torch[0]
     case = installmatrix.Case(torch, "pip", line)
     good = {"torch": pins.matrix.consumer_torch, "cuda": pins.matrix.cuda, "oeq_version": line.version(OEQ),
-            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
+            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"], **bound("13")}
     ok_doctor = (0, "host extension: OpenEquivariance precompiled (x); no compiler needed\n")
     assert installmatrix.judge(case, good, ok_doctor, "", pins) == []
     for change, words in [({"torch": f"{torch}+cpu", "cuda": None}, "not a CUDA 12 or 13 build"),
@@ -28,9 +28,42 @@ def test_judge_refuses_each_way_of_not_getting_our_binary():
     assert installmatrix.judge(case, None, None, "", pins) == ["the check did not run"]
     # the same wheel beside a CUDA 12 torch; a torch of a CUDA major it does not serve is refused
     cu12 = installmatrix.Case(cu12_torch, "pip", line)
-    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": line.cuda}, None, "", pins) == []
+    assert installmatrix.judge(cu12, {**good, "torch": f"{cu12_torch}+cu128", "cuda": line.cuda, **bound("12")},
+                               None, "", pins) == []
     assert any("not a CUDA 12 or 13 build" in w for w in installmatrix.judge(
         cu12, {**good, "torch": f"{cu12_torch}+cu140", "cuda": "14.0"}, None, "", pins))
+
+
+SITE = "/v/lib/python3.11/site-packages"
+
+
+def bound(major: str, folder: str = f"{SITE}/nvidia/cu13/lib") -> dict:
+    """What the install's check says when the dispatch library bound CUDA `major` from torch's NVIDIA wheels."""
+    paths = [f"{folder}/{lib}.so.{major}" for lib in ("libcudart", "libnvrtc", "libcublas")]
+    return {"module": f"{SITE}/openequivariance/_torch/extlib/oeq_stable_cuda.abi3.so",
+            "dispatch": {"major": int(major), "paths": paths}, "mapped": sorted(paths)}
+
+
+def test_judge_refuses_a_binding_of_another_major_another_place_or_beside_another_runtime(tmp_path):
+    """The binding, forced: torch's own major, from the install's NVIDIA wheels (or the load stubs standing in for
+    them), and nothing else of CUDA's runtime, NVRTC or cuBLAS mapped."""
+    pins = P.load()
+    line = pins.oeq_binary
+    case = installmatrix.Case(pins.matrix.torch_version, "uv", line)
+    good = {"torch": pins.matrix.consumer_torch, "cuda": pins.matrix.cuda, "oeq_version": line.version(OEQ),
+            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"], **bound("13")}
+    assert installmatrix.judge(case, good, None, "", pins) == []
+    stray = f"{SITE}/nvidia/cu13/lib/libcudart.so.12"
+    for check, words in [({**good, "dispatch": None}, "bound CUDA nothing, not torch's CUDA 13"),
+                         ({**good, **bound("12")}, "bound CUDA 12, not torch's CUDA 13"),
+                         ({**good, "mapped": sorted([*good["mapped"], stray])}, "not exactly libcudart.so.13"),
+                         ({**good, **bound("13", "/usr/local/cuda/lib64")}, "not from the install's NVIDIA wheels")]:
+        why = installmatrix.judge(case, check, None, "", pins)
+        assert any(words in w for w in why), (check, why)
+    stubs = tmp_path / "stubs"
+    stubbed = {**good, **bound("13", str(stubs))}
+    assert installmatrix.judge(case, stubbed, None, "", pins, stubs) == []
+    assert installmatrix.judge(case, stubbed, None, "", pins) != []
 
 
 def _linked_pins(tmp_path):
@@ -153,7 +186,7 @@ def test_the_free_threaded_rows_run_each_line_on_the_torches_with_its_wheel_and_
     assert case.index == f"{pins.oeq_binary.name} py3.14t (free-threaded, built here)"
     good = {"torch": newest, "cuda": pins.matrix.cuda, "python": ft.source.version, "free_threaded": True,
             "gil_after_torch": False, "gil_after_oeq": False, "oeq_version": pins.oeq_binary.version(OEQ),
-            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"]}
+            "precompiled": True, "built": True, "error": None, "ops": ["a", "b", "c"], **bound("13")}
     assert installmatrix.judge(case, good, None, "", pins) == []
     for change, words in [({"free_threaded": False}, "GIL build"), ({"gil_after_oeq": True}, "turned the GIL back on"),
                           ({"python": "3.15.1"}, "not 3.14t")]:

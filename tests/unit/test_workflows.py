@@ -75,7 +75,7 @@ def test_release_uploads_only_fastmace_to_pypi_and_attaches_the_oeq_wheels():
     # The binary OEq wheels and SHA256SUMS are built, kept and attached to the release.
     assert "path: |\n            dist-extra/*.whl\n" in build and \
         "dist-extra/SHA256SUMS" in build  # the line's wheels and the fastmace-oeq-ext builds that name it
-    assert "make install-matrix" in build and "x86_64_torches" in build  # both CUDA lines (release_plan), before
+    assert "make install-matrix" in build and "x86_64_torches" in build  # CUDA 13 and 12 torches (release_plan), before
     # anything is published
     assert "oeq_wheels rehearse dist" in build  # the hosting and README's line, rehearsed before publishing
     assert "release-files/SHA256SUMS" in gh and "dist-extra/*.whl" in gh
@@ -291,13 +291,13 @@ def test_the_release_install_matrix_runs_exactly_the_rows_its_claim_names():
             pins, a.torch, a.installer, a.arch, a.emulated_python, plain=not a.only_debian_pythons)}
     v = claims.pinned()  # the values the row's placeholders name
     x86, arm = (b.key for b in pins.line_builds(pins.oeq_binary.name))
-    assert ran == {(v["matrix_torch"], x86, "pip", "3.12", False), (v["cu128"], x86, "pip", "3.12", False),
+    assert ran == {(v["matrix_torch"], x86, "pip", "3.12", False), (v["cuda12"], x86, "pip", "3.12", False),
                    (v["matrix_torch"], x86, "pip", "3.14", False),  # Debian testing's CPython, natively
                    (v["matrix_torch"], x86, "pip", "3.14t", False),  # the free-threaded CPython built here
-                   (v["cu128"], x86, "pip", "3.14t", False),
+                   (v["cuda12"], x86, "pip", "3.14t", False),
                    *{(v["floor"], arm, i, py, False) for i in ("pip", "uv") for py in ("3.11", "3.13", "3.14")}}
     (row,) = [r for c in claims.load() if c.id == "torch-row" for r in c.rows if r.elsewhere.startswith("release.yml")]
-    assert row.name == (f"{v['matrix_torch']} and {v['cu128']}+cu128 with pip on CPython 3.12, {v['matrix_torch']} "
+    assert row.name == (f"{v['matrix_torch']} and {v['cuda12']} with pip on CPython 3.12, {v['matrix_torch']} "
                         "with pip on Debian testing's 3.14, both on free-threaded 3.14t; aarch64: "
                         f"{v['floor']} with pip and uv on Debian's arm64 3.11, 3.13, 3.14 under qemu")
 
@@ -329,7 +329,7 @@ def test_both_workflows_let_bubblewrap_run_the_build_root_before_they_build():
 
 
 def test_the_clean_install_job_has_the_binary_oeq_wheels_it_serves():
-    """clean_install.sh serves OUTDIR-extra's openequivariance wheels as the cu130 index; the job downloaded only dist/
+    """clean_install.sh serves OUTDIR-extra's openequivariance wheels as the one index; the job downloaded only dist/
     (make rehearse-ci: "no openequivariance wheel to serve")."""
     steps = load("release.yml")["jobs"]["clean-install"]["steps"]
     got = {s["with"]["name"]: s["with"]["path"] for s in steps if s.get("uses", "").startswith("actions/download-artifact@")}
