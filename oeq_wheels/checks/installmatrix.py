@@ -30,8 +30,10 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
 
 from .. import pins as pins_mod, proc, driver_stub
 from ..inputs import freethreaded, pythons
@@ -57,6 +59,7 @@ from openequivariance._torch import extlib
 out.update(gil_after_oeq=gil(), precompiled=extlib.USE_PRECOMPILED_EXTENSION, built=extlib.BUILT_EXTENSION,
            error=str(extlib.BUILT_EXTENSION_ERROR) if extlib.BUILT_EXTENSION_ERROR else None,
            module=getattr(extlib.extension_module, "__file__", None), oeq_version=md.version("openequivariance"),
+           ext_version=next((d.version for d in md.distributions() if d.metadata["Name"] == "fastmace-oeq-ext"), None),
            ops=[n for n in ("jit_tp_forward", "jit_tp_backward", "jit_conv_forward")
                 if hasattr(torch.ops.libtorch_tp_jit, n)])
 if out["built"] and out["module"]:  # the binding forced (no GPU calls it here): what the dispatch library bound
@@ -83,6 +86,8 @@ class Case:
     path: str = "-"
     result: str = "not run"
     ok: bool = False
+    installed: dict = field(default_factory=dict)  # what the check found installed: distribution -> version, and the
+                                                   # CPython's wheel ABI tag (cp311, cp314t) under "abi"
 
     @property
     def foreign(self) -> bool:
@@ -269,6 +274,10 @@ def run_case(case: Case, pins: pins_mod.Pins, args: list[str], base_python: str,
         took = time.monotonic() - t0
         lines = [l for l in c.stdout.splitlines() if l.startswith("MATRIX ")]
         check = json.loads(lines[-1][7:]) if lines else None
+        if check:
+            major, minor = check["python"].split(".")[:2]
+            case.installed = {"openequivariance": check["oeq_version"], "fastmace-oeq-ext": check.get("ext_version"),
+                              "abi": f"cp{major}{minor}{'t' if check['free_threaded'] else ''}"}
         doctor = None
         if with_fastmace:
             d = proc.run([*runner, "-m", "fastmace_oeq_ext"], env=run_env, capture_output=True, text=True, cwd=work)
@@ -371,18 +380,29 @@ def plan(pins: pins_mod.Pins, torches: list[str] | None, installers: list[str],
     return cases
 
 
+def installed_by(case: Case, filename: str) -> bool:
+    """Whether the case's check found this wheel installed: its distribution at its version, for the case's
+    architecture and CPython (an abi3 wheel: a GIL CPython at least its version)."""
+    dist, version, _, tags = parse_wheel_filename(filename)
+    if case.installed.get(str(dist)) != str(version) or wheel_arch(filename) != case.line.arch.name:
+        return False
+    tag, want = next(iter(tags)), case.installed["abi"]
+    if tag.abi == "abi3":
+        return not want.endswith("t") and int(want[3:]) >= int(tag.interpreter[3:])
+    return tag.abi == want
+
+
 def write_record(record: Path, commit: str, cases: list[Case], wheels: list[site_mod.Wheel], fastmace: list[Path],
                  python: str, pins: pins_mod.Pins) -> run_records.RunRecord:
-    """The run's record (checks/run_records.py): each case's result, the sha256 of each OEq wheel a case's line and
-    architecture installs (wheels: those served) and of fastmace-oeq-ext's wheels (fastmace: from the OUTDIR, none
-    from an index), the torches, the venvs' CPython."""
-    used = [w.path for w in wheels if any(w.name.startswith(f"openequivariance-{c.line.version(pins.oeq.version)}-")
-                                          and wheel_arch(w.name) == c.line.arch.name for c in cases)]
+    """The run's record (checks/run_records.py): each case's result and path, the sha256 of each wheel a case's check
+    found installed (of those served, wheels, and fastmace-oeq-ext's in the OUTDIR, fastmace), the torches, the
+    venvs' CPython."""
+    used = sorted({p for p in [*(w.path for w in wheels), *fastmace] if any(installed_by(c, p.name) for c in cases)})
     return run_records.write(
         record, "make install-matrix " + " ".join(sys.argv[2:]), commit,
         {"device": "none (no GPU: installs and imports, every compiler a sentinel)", "driver": "none",
          "python": pythons.find(python).full_version, "torch": ", ".join(sorted({c.torch for c in cases if c.torch}))},
-        used + fastmace, all(c.ok for c in cases),
+        used, all(c.ok for c in cases),
         {"cases": [{"case": c.label, "line": c.line.key, "python": c.python or python, "ok": c.ok, "path": c.path,
                     "result": c.result}
                    for c in cases]}, [])

@@ -109,7 +109,7 @@ def _cuda(root: Path, major: int, layout: str, dispatch: Path, skip: str = "") -
 @pytest.fixture(scope="module")
 def dispatch_lib(dispatch_wheels, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dispatch-lib") / "liboeq_cuda_dispatch.so"
-    out.write_bytes(_extlib(dispatch_wheels["cu128"])["liboeq_cuda_dispatch.so"])  # CUDA 12.8's headers
+    out.write_bytes(_extlib(dispatch_wheels["cp312-abi3"])["liboeq_cuda_dispatch.so"])  # CUDA 12.8's headers
     return out
 
 

@@ -144,9 +144,8 @@ def test_the_tables_load_stubs_are_read_back_exactly():
 
 
 def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
-    """`--record FILE`: the written record reads back with every case's result and the sha256 of each wheel the
-    cases' lines install (a wheel of a line or architecture no case ran is not named); one failed case makes the
-    run not ok."""
+    """`--record FILE`: the written record reads back with every case's result and the sha256 of each wheel a case
+    installed (a wheel only served is not named); one failed case makes the run not ok."""
     import hashlib
     from oeq_wheels.checks import run_records
     from oeq_wheels.release.site import Wheel
@@ -164,10 +163,11 @@ def test_the_run_record_names_each_case_and_the_wheels_it_installed(tmp_path):
     ext.write_bytes(b"ext")
     cases = [installmatrix.Case(pins.matrix.torch_version, "pip", cu13), installmatrix.Case("9.9.9", "uv", cu13)]
     cases[0].ok, cases[0].result, cases[1].result = True, "PASS", "FAIL: install failed"
+    cases[0].installed = {"openequivariance": cu13.version(pins.oeq.version), "fastmace-oeq-ext": "9.0.0", "abi": "cp311"}
     rec = installmatrix.write_record(tmp_path / "r.json", "0" * 40, cases, wheels, [ext], "3.11", pins)
     back = run_records.load(tmp_path / "r.json")
-    assert back.wheels == {**{w.name: w.sha256 for w in wheels[:2]}, ext.name: hashlib.sha256(b"ext").hexdigest()} \
-        == rec.wheels
+    # cp310's wheel was served and not installed; the failed case installed nothing
+    assert back.wheels == {wheels[0].name: wheels[0].sha256, ext.name: hashlib.sha256(b"ext").hexdigest()} == rec.wheels
     assert back.ok is False and [c["result"] for c in back.results["cases"]] == ["PASS", "FAIL: install failed"]
     assert back.machine["torch"] == f"{pins.matrix.torch_version}, 9.9.9"
 
@@ -194,3 +194,27 @@ def test_the_free_threaded_rows_run_each_line_on_the_torches_with_its_wheel_and_
         assert any(words in w for w in why), (change, why)
     # the GIL already on after torch's import is torch's doing, not OEq's
     assert installmatrix.judge(case, {**good, "gil_after_torch": True, "gil_after_oeq": True}, None, "", pins) == []
+
+
+def test_a_record_names_the_wheels_each_case_installed_and_no_other():
+    """A row's check says what it installed (OEq's and fastmace-oeq-ext's versions, the CPython's ABI): the record
+    holds exactly those files, the +oeqwheels twin the index gave included, never a wheel that was only served."""
+    pins = P.load()
+    line = pins.oeq_binary
+    oeq, ext = line.version(OEQ), "9.0.0.post1"
+    twin = f"{ext}+{line.local_version}"
+    case = installmatrix.Case(pins.matrix.torch_version, "pip", line)
+    case.installed = {"openequivariance": oeq, "fastmace-oeq-ext": twin, "abi": "cp311"}
+    x86 = "manylinux_2_28_x86_64"
+    assert installmatrix.installed_by(case, f"openequivariance-{oeq}-cp311-cp311-{x86}.whl")
+    assert installmatrix.installed_by(case, f"fastmace_oeq_ext-{twin}-cp311-cp311-{x86}.whl")
+    assert not installmatrix.installed_by(case, f"fastmace_oeq_ext-{ext}-cp311-cp311-{x86}.whl")  # served, not taken
+    assert not installmatrix.installed_by(case, f"openequivariance-{oeq}-cp310-cp310-{x86}.whl")
+    assert not installmatrix.installed_by(case, f"openequivariance-{oeq}-cp311-cp311-manylinux_2_28_aarch64.whl")
+    assert not installmatrix.installed_by(case, f"openequivariance-{oeq}-cp312-abi3-{x86}.whl")  # 3.11 < 3.12
+    case.installed = {"openequivariance": oeq, "fastmace-oeq-ext": None, "abi": "cp315"}
+    assert installmatrix.installed_by(case, f"openequivariance-{oeq}-cp312-abi3-{x86}.whl")
+    case.installed["abi"] = "cp314t"  # a free-threaded CPython loads no abi3 module
+    assert not installmatrix.installed_by(case, f"openequivariance-{oeq}-cp312-abi3-{x86}.whl")
+    assert installmatrix.installed_by(case, f"openequivariance-{oeq}-cp314-cp314t-{x86}.whl")
+    assert not installmatrix.installed_by(installmatrix.Case("2.10.0", "uv", line), f"openequivariance-{oeq}-cp311-cp311-{x86}.whl")
