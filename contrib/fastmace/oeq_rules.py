@@ -227,7 +227,13 @@ def prepare_in_process(cache, preload=True, environ=None, build=None, *, lock_wa
                           f"fastmace-oeq-ext for this torch release, or unset {rt.PREBUILT_SWITCH}.")
         return original(cache, preload, environ, build, lock_wait=lock_wait)
     start = time.perf_counter()
-    runtime_plan = rt._plan_for(cache, environ)
+    try:
+        rt.find_runtime()
+    except rt.OEqRuntimeError:  # no CUDA 13 runtime wheel (a CUDA 12 torch): FastMACE's stand-in CUDA home and its
+        # preloads serve its JIT build alone; OEq's precompiled extension binds the CUDA libraries torch loaded
+        runtime_plan = rt.RuntimePlan(root=Path(os.path.realpath(os.path.expanduser(cache))))
+    else:
+        runtime_plan = rt._plan_for(cache, environ)
     environment = {k: v for k, v in runtime_plan.environment.items() if k != "OEQ_JIT_EXTENSION"}
     extension = {"key": None, "path": str(precompiled.library), "source": OEQ_PRECOMPILED_SOURCE, "error": None,
                  "version": _distribution_version("openequivariance"), "prebuilt_skipped": prebuilt.reason}
@@ -241,7 +247,9 @@ def prepare_in_process(cache, preload=True, environ=None, build=None, *, lock_wa
 
 PRECOMPILED_LINE = "host extension: OpenEquivariance precompiled ({library}); no compiler needed"
 TOOLCHAIN_LINE = "host extension: built with the host toolchain"
-NOT_NEEDED = ("missing: g++ not found", "missing: ninja not found", "extension not built yet:", "extension built before:")
+# What FastMACE's doctor asks for its JIT build alone (a CUDA 12 torch has no CUDA 13 runtime wheel, and needs none here)
+NOT_NEEDED = ("missing: g++ not found", "missing: ninja not found", "extension not built yet:", "extension built before:",
+              "missing: no CUDA 13 runtime wheel")
 
 
 def check_oeq(context):

@@ -103,7 +103,7 @@ def test_fastmace_accepts_the_compiler_free_install(fastmace_venv, cp311_wheel, 
     with hosts.pages(root, "oeq-wheels") as base:
         # README's FastMACE line (fastmace itself is installed already; its other dependencies are not needed).
         r = pip(fastmace_venv, "fastmace-oeq-ext", "openequivariance>=0.7", "--extra-index-url",
-                f"{base}{line.name}/simple/", path_prefix=sentinels[0])
+                f"{base}{line.index_paths[0]}/", path_prefix=sentinels[0])
     assert not sentinels[1].exists(), sentinels[1].read_text()
     out = ask_fastmace(fastmace_venv, sentinels, libcuda_stub, tmp_path)
     assert_accepted(out, pins.for_variant(line.name).version)
@@ -201,9 +201,9 @@ INSTALLED = ("import importlib.metadata as m, json; "
 
 def test_pip_refuses_fastmace_oeq_ext_where_another_torch_is_kept_and_would_otherwise_replace_that_torch(
         torch_venv, cp311_wheel, post1_wheel, tmp_path):
-    """README's FastMACE row for another torch, through the served indexes: the cu130 site (our builds) and a PyPI
+    """README's FastMACE row for another torch, through the served indexes: the site (our builds) and a PyPI
     holding fastmace-oeq-ext's PyPI wheels, ours and the owner's post1 (every other project PyPI's own). README's
-    line, `pip install fastmace-oeq-ext --extra-index-url .../cu130/simple/`, with the installed torch kept by a
+    line, `pip install fastmace-oeq-ext --extra-index-url .../simple/`, with the installed torch kept by a
     constraint (`-c` of `torch==X`, pip's way to keep a version): pip's resolver refuses, each fastmace-oeq-ext it
     was offered named with its `torch==<the release's torch>`, and nothing in the venv changes. Without the
     constraint pip would replace that torch by the release's (--dry-run: nothing installed).
@@ -225,7 +225,7 @@ def test_pip_refuses_fastmace_oeq_ext_where_another_torch_is_kept_and_would_othe
     py = str(torch_venv / "bin" / "python")
     installed = lambda: subprocess.run([py, "-c", INSTALLED], capture_output=True, text=True).stdout
     with hosts.pypi_standin(packages, tmp_path / "pypi.log") as index, hosts.pages(root, "oeq-wheels") as base:
-        cmd = [py, "-m", "pip", "install", "--index-url", index, "--extra-index-url", f"{base}{line.name}/simple/"]
+        cmd = [py, "-m", "pip", "install", "--index-url", index, "--extra-index-url", f"{base}{line.index_paths[0]}/"]
         for other in others:
             test_venvs.installed_reversion(site_packages(torch_venv), "torch", other)
             before = installed()

@@ -11,6 +11,7 @@ from support.oeq_operators import LOADED
 from fastmace_oeq_ext.oeq_build import FILE_NAME as OEQ_BUILD_FILE, OeqBuild
 from oeq_wheels import pins as P, elf
 from oeq_wheels.inputs import unpack
+from oeq_wheels.oeq import stable
 from oeq_wheels.oeq.gate import verify_oeq_binary
 
 VERSION = P.load().oeq_binary.version(P.load().oeq.version)
@@ -59,7 +60,8 @@ def test_libraries_link_by_soname_into_torch_and_the_dispatch_library(cp311_oeq_
             needs = elf.dynamic_symbols(data, defined=False)
             assert any(n.startswith("aoti_torch_") for n, _ in needs)
             assert not [n for n, _ in needs if elf.TORCH_CXX.search(n)]
-            assert {v for _, v in needs} >= set(ob.cuda_sonames())  # versioned CUDA symbols, checked by verify
+            # every CUDA call through the dispatch library's version node, none under a CUDA library's own
+            assert stable.DISPATCH_VERSION in {v for _, v in needs} and not {v for _, v in needs} & set(ob.cuda_sonames())
 
 
 def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
@@ -91,7 +93,7 @@ def test_verify_passes_and_refuses_tampering(cp311_oeq_wheel, tmp_path):
 
     def lower_floor(u):
         f = u / info / OEQ_BUILD_FILE
-        f.write_text(f.read_text().replace('"torch_min": "2.11"', '"torch_min": "2.9"'))
+        f.write_text(f.read_text().replace(f'"torch_min": "{P.load().oeq_binary.torch_min}"', '"torch_min": "2.9"'))
     assert any("torch_min" in p for p in repack(lower_floor))
 
 
@@ -191,7 +193,8 @@ def test_from_cpython_3_12_on_one_stable_abi_wheel_and_the_gate_proves_its_abi(a
     assert _requires_python(abi3_oeq_wheel.name) == ">=3.12"
     v = verify_oeq_binary(abi3_oeq_wheel, pins)
     assert v.ok, v.problems
-    assert sorted(v.facts["abi3audit"].split("; ")) == ["liboeq_stable_cuda_aoti.so: 3.12", "oeq_stable_cuda.abi3.so: 3.12"]
+    assert sorted(v.facts["abi3audit"].split("; ")) == ["liboeq_cuda_dispatch.so: 3.12", "liboeq_stable_cuda_aoti.so: 3.12",
+                                                         "oeq_stable_cuda.abi3.so: 3.12"]
     assert b"_PyObject_LookupAttr" not in module  # nanobind's full-API paths are compiled out
     # A module of the full API (the cp311 build's) in the abi3 wheel's place: abi3audit names what it uses.
     with zipfile.ZipFile(cp311_oeq_wheel) as zf:
