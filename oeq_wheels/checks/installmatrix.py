@@ -41,6 +41,7 @@ from . import sentinels, venvs
 from ..errors import OeqWheelsError, UsageError
 from ..toolchain import cross_toolchain, host_arch
 from ..files import default_cache, keep_dir
+from ..oeq.gate import CUDA_LIBRARY
 from ..output import extra_dir
 from ..tags import wheel_arch
 from ..release import site as site_mod
@@ -68,10 +69,10 @@ if out["built"] and out["module"]:  # the binding forced (no GPU calls it here):
     d.oeq_cuda_dispatch_path.restype = ctypes.c_char_p
     out["dispatch"] = {"major": d.oeq_cuda_dispatch_major(),
                        "paths": [os.path.realpath((d.oeq_cuda_dispatch_path(i) or b"").decode()) for i in range(3)]}
-out["mapped"] = sorted({l.split()[-1] for l in open("/proc/self/maps")
-                        if l.split()[-1].rsplit("/", 1)[-1].startswith(("libcudart.so.", "libnvrtc.so.", "libcublas.so."))})
+out["mapped"] = sorted({l.split()[-1] for l in open("/proc/self/maps") if l.split()[-1].rsplit("/", 1)[-1].startswith(
+    {CUDA_SONAMES})})
 print("MATRIX " + json.dumps(out))
-"""
+""".replace("{CUDA_SONAMES}", repr(tuple(f"{stem}." for stem in CUDA_LIBRARY.values())))
 
 
 @dataclass
@@ -130,11 +131,11 @@ def dispatch_problems(check: dict, stubs: Path | None) -> list[str]:
     bound = check.get("dispatch") or {}
     if str(bound.get("major")) != major:
         return [f"the dispatch library bound CUDA {bound.get('major') or 'nothing'}, not torch's CUDA {major}"]
-    wanted = [f"libcudart.so.{major}", f"libnvrtc.so.{major}", f"libcublas.so.{major}"]
+    wanted = [f"{stem}.{major}" for stem in CUDA_LIBRARY.values()]  # the dispatch library's order of its paths
     if [Path(p).name for p in bound["paths"]] != wanted or sorted(check["mapped"]) != sorted(bound["paths"]):
         return [f"bound {bound['paths']}, mapped {check['mapped']}: not exactly {', '.join(wanted)}"]
-    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(check["module"])))))
-    homes = [os.path.join(site, "nvidia") + os.sep] + ([os.path.realpath(stubs) + os.sep] if stubs else [])
+    site = Path(os.path.realpath(check["module"])).parents[3]  # <site>/openequivariance/_torch/extlib/<module>
+    homes = [str(site / "nvidia") + os.sep] + ([os.path.realpath(stubs) + os.sep] if stubs else [])
     strays = [p for p in bound["paths"] if not p.startswith(tuple(homes))]
     return [f"bound {', '.join(strays)}: not from the install's NVIDIA wheels"] if strays else []
 
